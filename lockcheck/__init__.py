@@ -1,0 +1,3 @@
+"""lockcheck: a Jepsen-style tester for distributed locks."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,82 @@
+"""Checking a stored run or a history file: what `lockcheck check` and a run's end call."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.errors import BadInput
+from lockcheck.history import Op, read_history_full
+from lockcheck.results.store import HISTORY, TEST
+
+
+def options_for(test: dict[str, Any], *, timeout: float | None = None,
+                html_dir: Path | None = None) -> CheckOptions:
+    return CheckOptions(
+        workload=str(test.get("workload", "mutex")),
+        resource=str(test.get("resource", "fenced")),
+        ttl_ms=test.get("ttl_ms"),
+        clock_drift=float(test.get("clock_drift", 0.01)),
+        timeout_s=timeout if timeout is not None else 60.0,
+        html_dir=html_dir,
+    )
+
+
+def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None,
+            html_dir: Path | None = None) -> dict[str, Any]:
+    """Run the test's checkers over a history and combine them into one verdict."""
+    from lockcheck.checker.registry import CHECKERS, DEFAULT_CHECKERS
+    from lockcheck.checker.verdict import run_verdict
+
+    opts = options_for(test, timeout=timeout, html_dir=html_dir)
+    names = list(test.get("checkers") or DEFAULT_CHECKERS.get(opts.workload, []))
+    unknown = [n for n in names if n not in CHECKERS]
+    if unknown:
+        raise BadInput(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
+    results = {n: check_safe(n, CHECKERS[n], ops, opts) for n in names}
+    valid, why = run_verdict(opts.workload, results)
+    return {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
+            "checkers": results}
+
+
+def load_test(path: Path) -> dict[str, Any]:
+    """test.json of a run directory (or beside a history file); {} if there is none."""
+    p = path / TEST if path.is_dir() else path.parent / TEST
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as e:
+        raise BadInput(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{p}: expected a JSON object")
+    return data
+
+
+def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
+               timeout: float | None = None, html_dir: Path | None = None,
+               allow_truncated: bool = False) -> dict[str, Any]:
+    """Check one run directory or history file. Raises HistoryError/BadInput on bad input."""
+    t0 = time.perf_counter()
+    if model is not None or (fmt is not None and fmt != "lockcheck"):
+        from lockcheck.checker.external import check_external
+
+        return check_external(path, model=model, fmt=fmt, timeout=timeout, html_dir=html_dir,
+                              allow_truncated=allow_truncated)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory")
+    history = path / HISTORY if path.is_dir() else path
+    if not history.is_file():
+        raise BadInput(f"{path}: not a run directory (no {HISTORY}) nor a history file")
+    test = load_test(path)
+    read = read_history_full(history, allow_truncated=allow_truncated)
+    result = analyze(read.ops, test, timeout=timeout, html_dir=html_dir)
+    out: dict[str, Any] = {"path": str(path), "valid": result["valid"],
+                           "summary": result["summary"], **result}
+    if read.truncated_line is not None:
+        out["truncated_line"] = read.truncated_line
+    out["elapsed_s"] = round(time.perf_counter() - t0, 4)
+    return out

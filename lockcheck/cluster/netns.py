@@ -1,0 +1,308 @@
+"""The local provider: each node and each client is a Linux network namespace on a bridge.
+
+Names carry the run id (namespaces `lc-<id>-n1`, bridge `lcb<id>`, veths `lc<id>n1`), so
+two runs never collide and lockcheck only ever touches what it created. The subnet
+is a /24 chosen among 10.77.0.0/16 so that it is not in use on the host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from lockcheck.cluster.node import Daemon, pid_alive, pid_start_time
+from lockcheck.cluster.state import Registry, RunState
+from lockcheck.errors import BadInput
+
+NS_RE = re.compile(r"^lc-([0-9a-f]{6})-[nc]\d+$")
+BRIDGE_RE = re.compile(r"^lcb([0-9a-f]{6})$")
+NODE_HOST_OFFSET = 11  # n1 = .11
+CLIENT_HOST_OFFSET = 101  # c0 = .101
+MAX_NODES = 89
+MAX_CLIENTS = 150
+
+
+def _ip(*argv: str, check: bool = True, timeout: float = 15.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ip", *argv], capture_output=True, text=True, check=check, timeout=timeout
+    )
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(3)
+
+
+def used_subnets() -> set[ipaddress.IPv4Network]:
+    out = _ip("-o", "-4", "addr", "show", check=False).stdout
+    nets = set()
+    for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+/\d+)", out):
+        nets.add(ipaddress.ip_interface(m.group(1)).network)
+    return nets
+
+
+def pick_subnet(requested: str | None) -> ipaddress.IPv4Network:
+    used = used_subnets()
+    if requested:
+        try:
+            net = ipaddress.IPv4Network(requested, strict=True)
+        except ValueError as e:
+            raise BadInput(f"bad --subnet {requested!r}: {e}") from None
+        if net.prefixlen != 24:
+            raise BadInput(f"--subnet must be a /24, got {requested}")
+        if any(net.overlaps(u) for u in used):
+            raise BadInput(f"--subnet {requested} is already in use on this host")
+        return net
+    for third in range(256):
+        net = ipaddress.IPv4Network(f"10.77.{third}.0/24")
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise BadInput("no free /24 in 10.77.0.0/16 for a new cluster; give --subnet")
+
+
+@dataclass
+class LocalNode:
+    """A network namespace with one veth on the run's bridge."""
+
+    name: str
+    address: str
+    netns: str
+    on_spawn: Any = None  # callback(pid) so the registry learns every PID at once
+
+    def _wrap(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 10.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self._wrap(argv), capture_output=True, text=True, check=check, timeout=timeout
+        )
+
+    def spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: int | IO[Any] | None = None,
+        stdout: int | IO[Any] | None = None,
+    ) -> Daemon:
+        log_fh = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_fh = log_path.open("ab")
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        try:
+            # `ip netns exec` execs in place, so the Popen PID is the daemon itself.
+            # A new session keeps Ctrl-C at the terminal away from it: the controller
+            # stops everything in order instead.
+            popen = subprocess.Popen(
+                self._wrap(argv),
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=stdout if stdout is not None else (log_fh or subprocess.DEVNULL),
+                stderr=log_fh if log_fh is not None else subprocess.DEVNULL,
+                env=full_env,
+                start_new_session=True,
+            )
+        finally:
+            if log_fh is not None:
+                log_fh.close()
+        if self.on_spawn is not None:
+            self.on_spawn(popen.pid)
+        return Daemon(name=name, node=self.name, argv=list(argv), log_path=log_path,
+                      popen=popen, pid=popen.pid)
+
+    def block(self, sources: Sequence[str]) -> None:
+        if sources:
+            self.run(["iptables", "-w", "-A", "INPUT", "-s", ",".join(sources), "-j", "DROP"])
+
+    def heal(self) -> None:
+        # every namespace has its own filter table and only lockcheck writes to it
+        self.run(["iptables", "-w", "-F", "INPUT"], check=False)
+
+
+@dataclass
+class LocalCluster:
+    """Bridge + one namespace per node and per client, registered for cleanup."""
+
+    n_nodes: int
+    n_clients: int
+    registry: Registry
+    kind: str = "test"
+    subnet: str | None = None
+    run_id: str = field(default_factory=new_run_id)
+    nodes: list[LocalNode] = field(default_factory=list)
+    clients: list[LocalNode] = field(default_factory=list)
+    state: RunState | None = None
+
+    @property
+    def bridge(self) -> str:
+        return f"lcb{self.run_id}"
+
+    @property
+    def workdir(self) -> Path:
+        return Path(f"/tmp/lockcheck-{self.run_id}")
+
+    @property
+    def hosts(self) -> list[LocalNode]:
+        return self.nodes + self.clients
+
+    def _note_pid(self, pid: int) -> None:
+        assert self.state is not None
+        self.state.pids.append(pid)
+        self.registry.save(self.state)
+
+    def up(self) -> LocalCluster:
+        if not 1 <= self.n_nodes <= MAX_NODES:
+            raise BadInput(f"--nodes must be between 1 and {MAX_NODES}")
+        if not 0 <= self.n_clients <= MAX_CLIENTS:
+            raise BadInput(f"--concurrency must be between 1 and {MAX_CLIENTS}")
+        net = pick_subnet(self.subnet)
+        base = net.network_address
+        me = os.getpid()
+        self.state = RunState(
+            run_id=self.run_id, kind=self.kind, owner_pid=me, owner_start=pid_start_time(me),
+            subnet=str(net), bridge=self.bridge, workdir=str(self.workdir), created=time.time(),
+        )
+        self.registry.save(self.state)  # before creating anything: a crash stays findable
+        self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{base + 1}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        specs = [(f"n{i + 1}", base + NODE_HOST_OFFSET + i) for i in range(self.n_nodes)]
+        specs += [(f"c{i}", base + CLIENT_HOST_OFFSET + i) for i in range(self.n_clients)]
+        for name, addr in specs:
+            ns = f"lc-{self.run_id}-{name}"
+            veth = f"lc{self.run_id}{name}"
+            self.state.namespaces.append(ns)
+            self.registry.save(self.state)
+            _ip("netns", "add", ns)
+            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("link", "set", veth, "master", self.bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            node = LocalNode(name=name, address=str(addr), netns=ns, on_spawn=self._note_pid)
+            (self.nodes if name.startswith("n") else self.clients).append(node)
+            self.state.nodes[name] = str(addr)
+        self.registry.save(self.state)
+        return self
+
+    def heal_all(self) -> None:
+        for h in self.hosts:
+            h.heal()
+
+    def down(self) -> None:
+        if self.state is None:
+            return
+        destroy(self.state, self.registry)
+        self.state = None
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+
+def _kill_pids(pids: Sequence[int]) -> None:
+    live = [p for p in set(pids) if pid_alive(p)]
+    for p in live:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(pid_alive(p) for p in live):
+        for p in live:  # reap our own children so they don't linger as zombies
+            try:
+                os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.02)
+
+
+def netns_pids(ns: str) -> list[int]:
+    r = _ip("netns", "pids", ns, check=False)
+    return [int(x) for x in r.stdout.split() if x.isdigit()]
+
+
+def destroy(state: RunState, registry: Registry) -> None:
+    """Remove everything a run created: processes, namespaces, bridge, temp dir, state."""
+    # Only processes inside our own namespaces are killed: a PID remembered in the
+    # registry may have been reused by an unrelated process since the run died.
+    pids: list[int] = []
+    for ns in state.namespaces:
+        pids += netns_pids(ns)
+    _kill_pids(pids)
+    for ns in state.namespaces:
+        _ip("netns", "del", ns, check=False)
+    _ip("link", "del", state.bridge, check=False)
+    if state.workdir.startswith("/tmp/lockcheck-"):
+        shutil.rmtree(state.workdir, ignore_errors=True)
+    registry.remove(state.run_id)
+
+
+def list_namespaces() -> list[str]:
+    out = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def list_bridges() -> list[str]:
+    out = _ip("-o", "link", "show", "type", "bridge", check=False).stdout
+    return [m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)]
+
+
+def cleanup_leftovers(registry: Registry, *, include_live: bool = False) -> list[str]:
+    """Destroy what dead runs left behind; with include_live, every lockcheck cluster.
+
+    Returns the run ids cleaned. Resources are found through the registry and, for a
+    run killed before it could write its registry entry, by lockcheck's own names.
+    """
+    cleaned: list[str] = []
+    live_ids: set[str] = set()
+    for st in registry.all():
+        if not include_live and (st.owner_alive() or st.kind == "cluster"):
+            live_ids.add(st.run_id)
+            continue
+        destroy(st, registry)
+        cleaned.append(st.run_id)
+    by_id: dict[str, RunState] = {}
+    for ns in list_namespaces():
+        m = NS_RE.match(ns)
+        if m and m.group(1) not in live_ids:
+            rid = m.group(1)
+            by_id.setdefault(rid, RunState(rid, "orphan", 0, None, "", f"lcb{rid}",
+                                           f"/tmp/lockcheck-{rid}")).namespaces.append(ns)
+    for br in list_bridges():
+        m = BRIDGE_RE.match(br)
+        if m and m.group(1) not in live_ids:
+            rid = m.group(1)
+            by_id.setdefault(rid, RunState(rid, "orphan", 0, None, "", br, f"/tmp/lockcheck-{rid}"))
+    for p in Path("/tmp").glob("lockcheck-*"):
+        rid = p.name.removeprefix("lockcheck-")
+        if re.fullmatch(r"[0-9a-f]{6}", rid) and rid not in live_ids:
+            by_id.setdefault(rid, RunState(rid, "orphan", 0, None, "", f"lcb{rid}", str(p)))
+    for rid, st in by_id.items():
+        destroy(st, registry)
+        if rid not in cleaned:
+            cleaned.append(rid)
+    return cleaned

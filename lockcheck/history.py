@@ -1,0 +1,228 @@
+"""The history: ops as plain data, a live JSONL writer and a strict reader.
+
+The format is documented in docs/history-format.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+Process = int | str  # an int for clients, "nemesis" for faults
+
+TYPES = frozenset({"invoke", "ok", "fail", "info", "event"})
+COMPLETIONS = frozenset({"ok", "fail", "info"})
+
+
+class HistoryError(ValueError):
+    """A history file that cannot be read: names the file and the line."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One line of the history."""
+
+    process: Process
+    type: str
+    f: str
+    key: str | None = None
+    value: Any = None
+    time: int = 0
+    index: int = -1
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "index": self.index,
+            "time": self.time,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "key": self.key,
+            "value": self.value,
+        }
+        if self.error is not None:
+            d["error"] = self.error
+        d.update(self.extra)
+        return d
+
+    @property
+    def fence(self) -> int | None:
+        v = self.value
+        if isinstance(v, dict):
+            fence = v.get("fence")
+            return fence if isinstance(fence, int) else None
+        return None
+
+
+def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
+    """Validate one decoded line and build an Op; raises HistoryError."""
+    path, line = where
+    if not isinstance(d, dict):
+        raise HistoryError(path, line, "expected a JSON object")
+    try:
+        index, time, process, typ, f = d["index"], d["time"], d["process"], d["type"], d["f"]
+    except KeyError as e:
+        raise HistoryError(path, line, f"missing field {e.args[0]!r}") from None
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise HistoryError(path, line, "'index' must be an integer")
+    if not isinstance(time, int) or isinstance(time, bool):
+        raise HistoryError(path, line, "'time' must be an integer (nanoseconds)")
+    if not (isinstance(process, (int, str)) and not isinstance(process, bool)):
+        raise HistoryError(path, line, "'process' must be an integer or a string")
+    if typ not in TYPES:
+        raise HistoryError(path, line, f"unknown type {typ!r}")
+    if not isinstance(f, str):
+        raise HistoryError(path, line, "'f' must be a string")
+    key = d.get("key")
+    if key is not None and not isinstance(key, str):
+        raise HistoryError(path, line, "'key' must be a string or null")
+    error = d.get("error")
+    known = {"index", "time", "process", "type", "f", "key", "value", "error"}
+    extra = {k: v for k, v in d.items() if k not in known}
+    return Op(
+        process=process,
+        type=typ,
+        f=f,
+        key=key,
+        value=d.get("value"),
+        time=time,
+        index=index,
+        error=error if isinstance(error, str) else None,
+        extra=extra,
+    )
+
+
+@dataclass
+class ReadResult:
+    ops: list[Op]
+    truncated_line: int | None  # line number of an incomplete last line, if any
+
+
+def read_history_lines(
+    lines: Iterable[str], path: str = "<memory>", *, allow_truncated: bool = False
+) -> ReadResult:
+    ops: list[Op] = []
+    truncated: int | None = None
+    last_index = -1
+    for n, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        complete = raw.endswith("\n")
+        try:
+            d = json.loads(raw)
+        except json.JSONDecodeError as e:
+            if not complete:
+                if allow_truncated:
+                    truncated = n
+                    break
+                raise HistoryError(path, n, "truncated last line (the run was cut off?)") from None
+            raise HistoryError(path, n, f"not valid JSON ({e.msg})") from None
+        op = op_from_json(d, where=(path, n))
+        if op.index <= last_index:
+            raise HistoryError(path, n, f"index {op.index} does not increase")
+        last_index = op.index
+        ops.append(op)
+    return ReadResult(ops, truncated)
+
+
+def read_history(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> list[Op]:
+    """Read and validate a history.jsonl file."""
+    return read_history_full(path, allow_truncated=allow_truncated).ops
+
+
+def read_history_full(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> ReadResult:
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8", newline="") as fh:
+            return read_history_lines(fh, str(p), allow_truncated=allow_truncated)
+    except UnicodeDecodeError:
+        raise HistoryError(p, 0, "not UTF-8 text") from None
+
+
+class HistoryWriter:
+    """Appends ops to a JSONL file as they happen, one flushed line each.
+
+    Thread-safe: worker reader threads and the nemesis share one writer. The writer
+    assigns `index`; the op's `time` comes from whoever performed it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fh: TextIO = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._next = 0
+        self.counts: dict[str, int] = {}
+
+    def append(self, op: dict[str, Any] | Op) -> dict[str, Any]:
+        d = op.to_json() if isinstance(op, Op) else dict(op)
+        with self._lock:
+            d["index"] = self._next
+            # keep the documented field order: index first
+            line = json.dumps({"index": d.pop("index"), **d}, separators=(", ", ": "))
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            self._next += 1
+            t = str(d.get("type"))
+            self.counts[t] = self.counts.get(t, 0) + 1
+        return d
+
+    def __len__(self) -> int:
+        return self._next
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """An invoke and its completion; `complete` is None when the history ended first."""
+
+    invoke: Op
+    complete: Op | None
+
+    @property
+    def type(self) -> str:
+        return self.complete.type if self.complete is not None else "info"
+
+
+def pair_ops(ops: Iterable[Op]) -> Iterator[Pair]:
+    """Match each invoke with the next completion of the same process and f.
+
+    Yields pairs in invoke order. Events and nemesis ops are paired too (nemesis
+    completions are `info`). Completions without an invoke are ignored.
+    """
+    open_: dict[tuple[Process, str], Op] = {}
+    pending: list[tuple[Op, list[Op | None]]] = []
+    slots: dict[tuple[Process, str], list[Op | None]] = {}
+    for op in ops:
+        k = (op.process, op.f)
+        if op.type == "invoke":
+            slot: list[Op | None] = [None]
+            open_[k] = op
+            slots[k] = slot
+            pending.append((op, slot))
+        elif op.type in COMPLETIONS and k in open_:
+            slots.pop(k)[0] = op
+            del open_[k]
+    for inv, slot in pending:
+        yield Pair(inv, slot[0])
+
+
+def sort_by_time(ops: Iterable[Op]) -> list[Op]:
+    return sorted(ops, key=lambda o: (o.time, o.index))

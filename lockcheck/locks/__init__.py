@@ -1,0 +1,1 @@
+"""Lock clients: one module per backend behind one small interface (see `api.py`)."""

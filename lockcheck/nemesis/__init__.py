@@ -1,0 +1,1 @@
+"""Faults. Each nemesis has start/stop and a heal that is idempotent and always runs."""

@@ -1,0 +1,67 @@
+"""Network partitions with packet-drop rules inside the namespaces.
+
+Two shapes: random halves of the nodes, or one node isolated from the others. Each
+client goes with one side, chosen at random, so some clients keep reaching the
+nodes they can talk to and lose the rest.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockcheck.cluster.node import Node
+
+
+def split(nodes: Sequence[str], clients: Sequence[str], rng: random.Random,
+          kind: str) -> tuple[list[str], list[str]]:
+    """Pick two sides. Pure, so it is unit-tested without a cluster."""
+    names = list(nodes)
+    rng.shuffle(names)
+    if kind == "isolate":
+        a, b = names[:1], names[1:]
+    else:
+        cut = max(1, len(names) // 2) if len(names) > 1 else rng.randint(0, 1)
+        a, b = names[:cut], names[cut:]
+    for c in clients:
+        (a if rng.random() < 0.5 else b).append(c)
+    return a, b
+
+
+def grudges(a: Sequence[str], b: Sequence[str]) -> dict[str, list[str]]:
+    """Who drops whom: every host on one side drops everyone on the other."""
+    g: dict[str, list[str]] = {h: list(b) for h in a}
+    g.update({h: list(a) for h in b})
+    return g
+
+
+@dataclass
+class Partition:
+    nodes: list[Node]
+    clients: list[Node]
+    name: str = "partition"
+    start_f: str = "start-partition"
+    stop_f: str = "stop-partition"
+    _cut: list[Node] = field(default_factory=list)
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        kind = "isolate" if len(self.nodes) > 2 and rng.random() < 0.5 else "halves"
+        a, b = split([n.name for n in self.nodes], [c.name for c in self.clients], rng, kind)
+        by_name = {h.name: h for h in self.nodes + self.clients}
+        for host, enemies in grudges(a, b).items():
+            if enemies:
+                by_name[host].block([by_name[e].address for e in enemies])
+                self._cut.append(by_name[host])
+        return {"sides": [a, b], "kind": kind}
+
+    def stop(self) -> dict[str, Any]:
+        healed = sorted({h.name for h in self._cut})
+        self.heal()
+        return {"healed": healed}
+
+    def heal(self) -> None:
+        for h in self.nodes + self.clients:
+            h.heal()
+        self._cut.clear()

@@ -1,0 +1,116 @@
+"""What a user watching a run sees: a live progress line and the closing summary table."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import IO, Any
+
+
+class LiveStats:
+    """Counts from the op stream as it arrives; cheap enough to run on every op.
+
+    "violations so far" is an online estimate (arrival order, not time order): two
+    processes inside one key's critical section, or an accepted stale write. The
+    checkers give the real answer at the end.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ops = 0
+        self.by_type: dict[str, int] = {}
+        self.inside: dict[str, set[Any]] = {}
+        self.overlaps = 0
+        self.stale_accepted = 0
+        self.saves = 0
+        self.max_fence: dict[str, int] = {}
+
+    def observe(self, op: dict[str, Any]) -> None:
+        with self.lock:
+            self.ops += 1
+            t = op.get("type", "?")
+            self.by_type[t] = self.by_type.get(t, 0) + 1
+            f, key, p = op.get("f"), op.get("key"), op.get("process")
+            if t == "event" and key is not None:
+                holders = self.inside.setdefault(key, set())
+                if f == "enter":
+                    if holders - {p}:
+                        self.overlaps += 1
+                    holders.add(p)
+                elif f == "exit":
+                    holders.discard(p)
+            elif f == "write" and key is not None and isinstance(op.get("value"), dict):
+                v = op["value"]
+                fence, mx = v.get("fence"), v.get("max_fence")
+                if t == "ok" and fence is not None and mx is not None and fence <= mx:
+                    self.stale_accepted += 1
+                elif t == "fail":
+                    self.saves += 1
+
+    @property
+    def violations(self) -> int:
+        return self.overlaps + self.stale_accepted
+
+
+class Progress:
+    """One line, rewritten in place on a terminal, or a plain line every few seconds."""
+
+    def __init__(self, out: IO[str] = sys.stderr, every: float | None = None) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.every = every if every is not None else (0.5 if self.tty else 5.0)
+        self.last = 0.0
+        self.width = 0
+
+    def update(self, line: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        if self.tty:
+            pad = max(0, self.width - len(line))
+            self.out.write("\r" + line + " " * pad)
+            self.width = len(line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.tty and self.width:
+            self.out.write("\n")
+            self.out.flush()
+            self.width = 0
+
+
+def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*(str(c) for c in r)) for r in rows]
+    return "\n".join(lines)
+
+
+def verdict_word(valid: object) -> str:
+    return {True: "valid", False: "INVALID"}.get(valid, "unknown")  # type: ignore[call-overload]
+
+
+def checker_detail(name: str, r: dict[str, Any]) -> str:
+    if "error" in r:
+        return str(r["error"])[:70]
+    if name == "mutual-exclusion":
+        return f"{r.get('violation_count', 0)} overlaps in {r.get('sections', 0)} critical sections"
+    if name == "fencing":
+        return (f"{len(r.get('stale_accepted', []))} stale accepted, {r.get('saves', 0)} saves, "
+                f"{len(r.get('duplicate_fences', []))} dup fences, "
+                f"{r.get('regression_count', 0)} regressions")
+    for k in ("summary", "note", "message"):
+        if k in r:
+            return str(r[k])[:70]
+    return ""
+
+
+def summary_table(results: dict[str, Any]) -> str:
+    rows = [(name, verdict_word(r.get("valid")), f"{r.get('elapsed_s', 0):.2f}s",
+             checker_detail(name, r)) for name, r in results.get("checkers", {}).items()]
+    return table(rows, ("checker", "verdict", "time", "details"))

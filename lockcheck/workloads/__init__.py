@@ -1,0 +1,1 @@
+"""What clients do with locks (`lockloop`), and the resource they protect (`resource`)."""
