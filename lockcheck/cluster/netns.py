@@ -7,6 +7,7 @@ is a /24 chosen among 10.77.0.0/16 so that it is not in use on the host.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -44,9 +45,9 @@ def new_run_id() -> str:
 
 def used_subnets() -> set[ipaddress.IPv4Network]:
     out = _ip("-o", "-4", "addr", "show", check=False).stdout
-    nets = set()
+    nets: set[ipaddress.IPv4Network] = set()
     for m in re.finditer(r"inet (\d+\.\d+\.\d+\.\d+/\d+)", out):
-        nets.add(ipaddress.ip_interface(m.group(1)).network)
+        nets.add(ipaddress.IPv4Interface(m.group(1)).network)
     return nets
 
 
@@ -226,17 +227,13 @@ def _kill_pids(pids: Sequence[int]) -> None:
     live = [p for p in set(pids) if pid_alive(p)]
     for p in live:
         for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p, sig)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and any(pid_alive(p) for p in live):
         for p in live:  # reap our own children so they don't linger as zombies
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(p, os.WNOHANG)
-            except ChildProcessError:
-                pass
         time.sleep(0.02)
 
 

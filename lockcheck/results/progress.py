@@ -5,26 +5,30 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import IO, Any
 
 
 class LiveStats:
     """Counts from the op stream as it arrives; cheap enough to run on every op.
 
-    "violations so far" is an online estimate (arrival order, not time order): two
-    processes inside one key's critical section, or an accepted stale write. The
-    checkers give the real answer at the end.
+    "violations so far" is an estimate for the progress line: overlapping critical
+    sections among the recent ones of each key (compared by their recorded times, as
+    each section closes), plus accepted stale writes. The checkers give the real
+    answer at the end.
     """
+
+    RECENT = 64  # closed sections remembered per key
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.ops = 0
         self.by_type: dict[str, int] = {}
-        self.inside: dict[str, set[Any]] = {}
+        self.open: dict[tuple[str, Any], int] = {}  # (key, process) -> enter time
+        self.closed: dict[str, list[tuple[int, int, Any]]] = {}
         self.overlaps = 0
         self.stale_accepted = 0
         self.saves = 0
-        self.max_fence: dict[str, int] = {}
 
     def observe(self, op: dict[str, Any]) -> None:
         with self.lock:
@@ -33,13 +37,10 @@ class LiveStats:
             self.by_type[t] = self.by_type.get(t, 0) + 1
             f, key, p = op.get("f"), op.get("key"), op.get("process")
             if t == "event" and key is not None:
-                holders = self.inside.setdefault(key, set())
                 if f == "enter":
-                    if holders - {p}:
-                        self.overlaps += 1
-                    holders.add(p)
-                elif f == "exit":
-                    holders.discard(p)
+                    self.open[(key, p)] = int(op.get("time", 0))
+                elif f == "exit" and (key, p) in self.open:
+                    self._close(key, p, self.open.pop((key, p)), int(op.get("time", 0)))
             elif f == "write" and key is not None and isinstance(op.get("value"), dict):
                 v = op["value"]
                 fence, mx = v.get("fence"), v.get("max_fence")
@@ -47,6 +48,13 @@ class LiveStats:
                     self.stale_accepted += 1
                 elif t == "fail":
                     self.saves += 1
+
+    def _close(self, key: str, p: Any, start: int, end: int) -> None:
+        recent = self.closed.setdefault(key, [])
+        self.overlaps += sum(1 for s, e, q in recent if q != p and max(s, start) < min(e, end))
+        recent.append((start, end, p))
+        if len(recent) > self.RECENT:
+            del recent[0]
 
     @property
     def violations(self) -> int:
@@ -83,7 +91,7 @@ class Progress:
             self.width = 0
 
 
-def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+def table(rows: Sequence[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]

@@ -1,0 +1,17 @@
+"""Checkers by name, and which ones a workload runs by default."""
+
+from __future__ import annotations
+
+from lockcheck.checker.api import Checker
+from lockcheck.checker.fencing import check_fencing
+from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
+
+CHECKERS: dict[str, Checker] = {
+    "mutual-exclusion": check_mutual_exclusion,
+    "fencing": check_fencing,
+}
+
+DEFAULT_CHECKERS: dict[str, list[str]] = {
+    "mutex": ["mutual-exclusion", "fencing"],
+    "fenced": ["mutual-exclusion", "fencing"],
+}

@@ -1,0 +1,138 @@
+"""The run's verdict: one of True, False, "unknown", and a one-line explanation.
+
+- `mutex` workload: the lock itself is on trial. Every checker decides (Jepsen's
+  merge-valid: False beats "unknown" beats True).
+- `fenced` workload: the protected resource is on trial. `fencing.resource_valid`
+  decides; overlapping critical sections and duplicate fences are reported but do not
+  decide (they are why fencing exists). No fencing result means "unknown".
+
+In both, a checker that could not decide ("unknown") makes the verdict "unknown"
+unless something decisive is False. No checker results at all is "unknown".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockcheck.exitcodes import merge_valid
+
+MUTEX = "mutual-exclusion"
+FENCING = "fencing"
+
+
+def _n(count: int, singular: str, plural: str | None = None) -> str:
+    return f"{count} {singular if count == 1 else (plural or singular + 's')}"
+
+
+def _count(result: dict[str, Any], name: str, fallback_list: str | None = None) -> int:
+    v = result.get(name)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if fallback_list is not None and isinstance(result.get(fallback_list), list):
+        return len(result[fallback_list])
+    return 0
+
+
+def _overlaps(me: dict[str, Any] | None) -> str | None:
+    """'3 overlapping critical sections on 2 keys', or None without a usable result."""
+    if me is None or me.get("valid") not in (True, False):
+        return None
+    n = _count(me, "violation_count", "violations")
+    if n == 0:
+        return "no overlapping critical sections"
+    keys = me.get("keys")
+    n_keys = len(keys) if isinstance(keys, dict) else 0
+    on = f" on {_n(n_keys, 'key')}" if n_keys else ""
+    return f"{_n(n, 'overlapping critical section')}{on}"
+
+
+def _dups(fe: dict[str, Any]) -> str | None:
+    n = _count(fe, "duplicate_fence_count", "duplicate_fences")
+    return f"{_n(n, 'duplicate fence token')} granted" if n else None
+
+
+def _corruption(fe: dict[str, Any]) -> str:
+    parts = []
+    n_inter = _count(fe, "interleaved_write_count") or _count(
+        fe, "interleaved_count", "interleaved_writes"
+    )
+    if n_inter:
+        parts.append(f"{_n(n_inter, 'write')} accepted from an overlapping older holder")
+    n_stale = _count(fe, "stale_accepted_count", "stale_accepted")
+    if n_stale:
+        parts.append(f"{_n(n_stale, 'stale write')} accepted (fence not above the highest)")
+    return "resource corrupted: " + ("; ".join(parts) or "see the fencing checker")
+
+
+def _unknown_reason(results: dict[str, dict[str, Any]]) -> str:
+    parts = []
+    for name, r in results.items():
+        if r.get("valid") not in (True, False):
+            why = r.get("error") or r.get("note") or "could not decide"
+            parts.append(f"{name}: {why}")
+    return "unknown: " + "; ".join(parts)
+
+
+def _failure(name: str, r: dict[str, Any]) -> str:
+    if name == MUTEX:
+        return f"mutual exclusion violated: {_overlaps(r)}"
+    if name == FENCING:
+        if r.get("resource_valid") is False:
+            return _corruption(r)
+        return f"fencing violated: {_dups(r) or 'see the fencing checker'}"
+    return f"{name} failed"
+
+
+def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    valid = merge_valid([r.get("valid", "unknown") for r in results.values()])
+    if valid is False:
+        return False, "; ".join(
+            _failure(name, r) for name, r in results.items() if r.get("valid") is False
+        )
+    if valid is not True:  # "unknown"
+        return "unknown", _unknown_reason(results)
+    me = results.get(MUTEX)
+    if me is not None:
+        secs = _count(me, "sections")
+        text = f"mutual exclusion held: {_n(secs, 'critical section')}, no overlaps"
+    else:
+        text = "all checkers passed"
+    fe = results.get(FENCING)
+    if fe is not None and _count(fe, "fenced_acquisitions"):
+        text += f"; fence tokens unique ({_n(_count(fe, 'regression_count'), 'regression')})"
+    return True, text
+
+
+def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    fe = results.get(FENCING)
+    if fe is None:
+        return "unknown", "unknown: no fencing result, so nothing is known about the resource"
+    context = [c for c in (_overlaps(results.get(MUTEX)), _dups(fe)) if c]
+    tail = "; " + "; ".join(context) if context else ""
+    decisive = fe.get("resource_valid") if fe.get("valid") in (True, False) else "unknown"
+    if decisive is False:
+        return False, _corruption(fe) + tail
+    if decisive is not True or any(r.get("valid") not in (True, False) for r in results.values()):
+        return "unknown", _unknown_reason(results)
+    stale = _count(fe, "stale_accepted_count", "stale_accepted")
+    saves = _count(fe, "saves")
+    accepted = _count(fe, "accepted")
+    if not accepted and not saves:
+        return True, "resource safe (vacuously: no write reached the resource)" + tail
+    return (
+        True,
+        f"resource safe: {_n(stale, 'stale write')} accepted, "
+        f"{_n(saves, 'stale write')} rejected by the fence (saves)" + tail,
+    )
+
+
+def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """Combine checker results (by checker name) into (valid, one-line explanation)."""
+    if not results:
+        return "unknown", "unknown: no checker results"
+    if workload == "fenced":
+        return _fenced_verdict(results)
+    if workload != "mutex":
+        valid, text = _mutex_verdict(results)
+        return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"
+    return _mutex_verdict(results)

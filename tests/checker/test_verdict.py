@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+from typing import Any
+
+from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.checker.fencing import check_fencing
+from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
+from lockcheck.checker.verdict import run_verdict
+
+from .histories import H
+
+
+def me(violations: int = 0, keys: int = 1, sections: int = 10) -> dict[str, Any]:
+    return {
+        "valid": violations == 0,
+        "sections": sections,
+        "violation_count": violations,
+        "violations": [],
+        "keys": {f"k{i}": 1 for i in range(keys)} if violations else {},
+    }
+
+
+def fe(
+    stale: int = 0,
+    interleaved: int = 0,
+    dups: int = 0,
+    saves: int = 0,
+    accepted: int = 10,
+    fenced: int = 5,
+) -> dict[str, Any]:
+    resource_valid = stale == 0 and interleaved == 0
+    return {
+        "valid": resource_valid and dups == 0,
+        "resource_valid": resource_valid,
+        "stale_accepted_count": stale,
+        "interleaved_count": 1 if interleaved else 0,
+        "interleaved_write_count": interleaved,
+        "duplicate_fence_count": dups,
+        "saves": saves,
+        "accepted": accepted,
+        "regression_count": 0,
+        "fenced_acquisitions": fenced,
+    }
+
+
+UNKNOWN = {"valid": "unknown", "error": "ValueError: boom"}
+
+
+# -- mutex ---------------------------------------------------------------------------------
+
+
+def test_mutex_valid() -> None:
+    valid, text = run_verdict("mutex", {"mutual-exclusion": me(), "fencing": fe(accepted=0)})
+    assert valid is True
+    assert text == (
+        "mutual exclusion held: 10 critical sections, no overlaps; "
+        "fence tokens unique (0 regressions)"
+    )
+
+
+def test_mutex_violated() -> None:
+    valid, text = run_verdict(
+        "mutex", {"mutual-exclusion": me(violations=3, keys=2), "fencing": fe()}
+    )
+    assert valid is False
+    assert text == "mutual exclusion violated: 3 overlapping critical sections on 2 keys"
+
+
+def test_mutex_singular() -> None:
+    _, text = run_verdict("mutex", {"mutual-exclusion": me(violations=1, keys=1)})
+    assert text == "mutual exclusion violated: 1 overlapping critical section on 1 key"
+
+
+def test_mutex_duplicate_fences_fail_the_lock() -> None:
+    valid, text = run_verdict("mutex", {"mutual-exclusion": me(), "fencing": fe(dups=2)})
+    assert valid is False
+    assert text == "fencing violated: 2 duplicate fence tokens granted"
+
+
+def test_mutex_unknown_unless_something_is_false() -> None:
+    valid, text = run_verdict("mutex", {"mutual-exclusion": me(), "fencing": UNKNOWN})
+    assert valid == "unknown"
+    assert text == "unknown: fencing: ValueError: boom"
+    valid, _ = run_verdict("mutex", {"mutual-exclusion": me(violations=1), "fencing": UNKNOWN})
+    assert valid is False
+
+
+def test_mutex_every_checker_decides() -> None:
+    valid, text = run_verdict("mutex", {"mutual-exclusion": me(), "lease-safety": {"valid": False}})
+    assert valid is False
+    assert text == "lease-safety failed"
+
+
+def test_no_results_is_unknown() -> None:
+    assert run_verdict("mutex", {})[0] == "unknown"
+    assert run_verdict("fenced", {})[0] == "unknown"
+
+
+# -- fenced --------------------------------------------------------------------------------
+
+
+def test_fenced_safe_despite_overlaps_and_duplicates() -> None:
+    valid, text = run_verdict(
+        "fenced",
+        {"mutual-exclusion": me(violations=3, keys=1), "fencing": fe(saves=41, dups=1)},
+    )
+    assert valid is True
+    assert text == (
+        "resource safe: 0 stale writes accepted, 41 stale writes rejected by the fence "
+        "(saves); 3 overlapping critical sections on 1 key; 1 duplicate fence token granted"
+    )
+
+
+def test_fenced_safe_without_overlaps() -> None:
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(), "fencing": fe(saves=1)})
+    assert valid is True
+    assert text == (
+        "resource safe: 0 stale writes accepted, 1 stale write rejected by the fence "
+        "(saves); no overlapping critical sections"
+    )
+
+
+def test_fenced_corrupted_by_interleaving() -> None:
+    valid, text = run_verdict(
+        "fenced", {"mutual-exclusion": me(violations=2, keys=1), "fencing": fe(interleaved=5)}
+    )
+    assert valid is False
+    assert text == (
+        "resource corrupted: 5 writes accepted from an overlapping older holder; "
+        "2 overlapping critical sections on 1 key"
+    )
+
+
+def test_fenced_corrupted_by_stale_writes() -> None:
+    valid, text = run_verdict("fenced", {"fencing": fe(stale=4, interleaved=1)})
+    assert valid is False
+    assert text == (
+        "resource corrupted: 1 write accepted from an overlapping older holder; "
+        "4 stale writes accepted (fence not above the highest)"
+    )
+
+
+def test_fenced_without_fencing_result_is_unknown() -> None:
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(violations=1)})
+    assert valid == "unknown"
+    assert "no fencing result" in text
+
+
+def test_fenced_with_a_crashed_fencing_checker_is_unknown() -> None:
+    valid, _ = run_verdict("fenced", {"mutual-exclusion": me(violations=1), "fencing": UNKNOWN})
+    assert valid == "unknown"
+
+
+def test_fenced_with_another_checker_unknown_is_unknown_unless_corrupted() -> None:
+    assert run_verdict("fenced", {"fencing": fe(), "lease-safety": UNKNOWN})[0] == "unknown"
+    assert run_verdict("fenced", {"fencing": fe(stale=1), "lease-safety": UNKNOWN})[0] is False
+
+
+def test_fenced_other_checker_false_does_not_decide() -> None:
+    assert run_verdict("fenced", {"fencing": fe(), "lease-safety": {"valid": False}})[0] is True
+
+
+def test_fenced_without_writes_is_vacuously_safe() -> None:
+    valid, text = run_verdict("fenced", {"fencing": fe(accepted=0)})
+    assert valid is True
+    assert "vacuously" in text
+
+
+# -- end to end on a real history ----------------------------------------------------------
+
+
+def test_end_to_end_paused_holder_saved_by_the_fence() -> None:
+    h = H()
+    h.acquire(0, "k", 1, 0, 5).enter(0, "k", 1, 6).write(0, "k", 1, 10, 15, seq=1)
+    # process 0 pauses; its lease expires; process 1 takes over
+    h.acquire(1, "k", 2, 50, 55).enter(1, "k", 2, 56).write(1, "k", 2, 60, 65, seq=2, max_fence=1)
+    h.write(0, "k", 1, 70, 75, seq=3, max_fence=2, result="rejected")
+    h.exit(0, "k", 1, 80, "not-owner").exit(1, "k", 2, 90)
+    ops, opts = h.ops(), CheckOptions(workload="fenced")
+    results = {
+        "mutual-exclusion": check_safe("mutual-exclusion", check_mutual_exclusion, ops, opts),
+        "fencing": check_safe("fencing", check_fencing, ops, opts),
+    }
+    assert results["mutual-exclusion"]["valid"] is False
+    valid, text = run_verdict("fenced", results)
+    assert valid is True
+    assert text == (
+        "resource safe: 0 stale writes accepted, 1 stale write rejected by the fence "
+        "(saves); 1 overlapping critical section on 1 key"
+    )
+    assert run_verdict("mutex", results)[0] is False
