@@ -8,6 +8,7 @@ refused, or its own lease clock ran out. Every step is one line on stdout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -239,10 +240,8 @@ def main(argv: list[str]) -> int:
         resource = ResourceClient(cfg.resource_socket, cfg.op_timeout_s)
     w = Worker(cfg, clients, rec, resource)
     watch_stdin(w)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         w.run()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
