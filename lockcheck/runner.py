@@ -265,6 +265,10 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
     out.write(summary_table(results) + "\n\n")
     out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
     out.write(f"results: {run_dir}\n")
+    if spec.leave_running and not interrupted:
+        where = ", ".join(f"{s.node.name} {s.address}:{s.port}" for s in services)
+        out.write(f"cluster {cluster.run_id} left running ({where}); remove it with: "
+                  "lockcheck cluster down\n")
     return RunOutcome(run_dir, results["valid"], results, interrupted, errors)
 
 

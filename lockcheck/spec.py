@@ -38,7 +38,8 @@ class TestSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.backend}-{self.workload}-{'+'.join(self.nemesis)}"
+        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
 
     @property
     def op_timeout_s(self) -> float:

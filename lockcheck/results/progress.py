@@ -109,8 +109,12 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
     if name == "mutual-exclusion":
         return f"{r.get('violation_count', 0)} overlaps in {r.get('sections', 0)} critical sections"
     if name == "fencing":
-        return (f"{len(r.get('stale_accepted', []))} stale accepted, {r.get('saves', 0)} saves, "
-                f"{len(r.get('duplicate_fences', []))} dup fences, "
+        resource = "resource safe" if r.get("resource_valid", True) else "RESOURCE CORRUPTED"
+        if not r.get("accepted", 0) and not r.get("rejected", 0):
+            return (f"no resource writes; tokens: {r.get('duplicate_fence_count', 0)} dup, "
+                    f"{r.get('regression_count', 0)} regressions")
+        return (f"{resource}: {r.get('stale_accepted_count', 0)} stale accepted, "
+                f"{r.get('saves', 0)} saves; tokens: {r.get('duplicate_fence_count', 0)} dup, "
                 f"{r.get('regression_count', 0)} regressions")
     for k in ("summary", "note", "message"):
         if k in r:
