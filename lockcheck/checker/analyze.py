@@ -61,6 +61,10 @@ def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
                allow_truncated: bool = False) -> dict[str, Any]:
     """Check one run directory or history file. Raises HistoryError/BadInput on bad input."""
     t0 = time.perf_counter()
+    if fmt is None and path.is_file() and path.suffix != ".jsonl":
+        from lockcheck.checker.external import infer_format
+
+        fmt = infer_format(path)
     if model is not None or (fmt is not None and fmt != "lockcheck"):
         from lockcheck.checker.external import check_external
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from lockcheck.checker.api import Checker
 from lockcheck.checker.fencing import check_fencing
+from lockcheck.checker.lease_safety import check_lease_safety
+from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
 
 CHECKERS: dict[str, Checker] = {
     "mutual-exclusion": check_mutual_exclusion,
     "fencing": check_fencing,
+    "lease-safety": check_lease_safety,
+    "linearizable": check_linearizable,
 }
 
 DEFAULT_CHECKERS: dict[str, list[str]] = {
-    "mutex": ["mutual-exclusion", "fencing"],
-    "fenced": ["mutual-exclusion", "fencing"],
+    "mutex": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
+    "fenced": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
 }

@@ -6,8 +6,8 @@
   decides; overlapping critical sections and duplicate fences are reported but do not
   decide (they are why fencing exists). No fencing result means "unknown".
 
-In both, a checker that could not decide ("unknown") makes the verdict "unknown"
-unless something decisive is False. No checker results at all is "unknown".
+In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
+unless another is False; in `fenced`, only the fencing checker can. No checker results at all is "unknown".
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def _failure(name: str, r: dict[str, Any]) -> str:
         if r.get("resource_valid") is False:
             return _corruption(r)
         return f"fencing violated: {_dups(r) or 'see the fencing checker'}"
-    return f"{name} failed"
+    summary = r.get("summary")
+    return f"{name}: {summary}" if summary else f"{name} failed"
 
 
 def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
@@ -112,8 +113,8 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     decisive = fe.get("resource_valid") if fe.get("valid") in (True, False) else "unknown"
     if decisive is False:
         return False, _corruption(fe) + tail
-    if decisive is not True or any(r.get("valid") not in (True, False) for r in results.values()):
-        return "unknown", _unknown_reason(results)
+    if decisive is not True:
+        return "unknown", _unknown_reason({FENCING: fe})
     stale = _count(fe, "stale_accepted_count", "stale_accepted")
     saves = _count(fe, "saves")
     accepted = _count(fe, "accepted")

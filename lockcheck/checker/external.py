@@ -1,0 +1,382 @@
+"""`lockcheck check PATH --model M --format F`: check a history file with a chosen model.
+
+Formats:
+
+* ``lockcheck``: a run's ``history.jsonl`` (or a run directory holding one);
+* ``jepsen-edn``: a Jepsen ``history.edn`` (`lockcheck.checker.formats.jepsen_edn`);
+* ``porcupine-etcd``: Porcupine's Jepsen etcd logs (one CAS register);
+* ``porcupine-kv``: Porcupine's kv logs (a key-value store, one partition per key).
+
+Models: the lock models ``mutex`` and ``fenced-mutex`` (with the fast path), the
+engine's ``cas-register``, ``register`` and ``kv``, and every lockcheck checker by
+name (``lease-safety``, ``mutual-exclusion``, ``fencing``, ``linearizable`` ...: the
+registry's CHECKERS), which read lockcheck ops, so any format that yields them works.
+
+When not given, the format is inferred from the name (``.jsonl``, ``.edn``,
+``etcd_*.log``) or the first line, and the model from the format (``lockcheck`` ->
+``fenced-mutex``; ``jepsen-edn`` -> ``mutex`` when it has acquire/release ops, else
+``cas-register``; ``porcupine-etcd`` -> ``cas-register``; ``porcupine-kv`` -> ``kv``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
+from lockcheck.checker.linearizable import auto_cache_cap, check_lock_operations, lock_operations
+from lockcheck.checker.porcupine import (
+    UNKNOWN,
+    CheckResult,
+    Event,
+    LinearizationInfo,
+    Model,
+    Operation,
+    check_events_verbose,
+    check_operations_verbose,
+    visualize,
+)
+from lockcheck.checker.porcupine.models import cas_register, kv, register
+from lockcheck.errors import BadInput
+from lockcheck.history import HistoryError, Op, pair_ops, read_history_full
+
+FORMATS = ("lockcheck", "jepsen-edn", "porcupine-etcd", "porcupine-kv")
+LOCK_MODELS = ("mutex", "fenced-mutex")
+REGISTER_MODELS = ("cas-register", "register")
+ENGINE_MODELS = (*LOCK_MODELS, *REGISTER_MODELS, "kv")
+DEFAULT_TIMEOUT_S = 60.0
+
+_MODELS_FOR: dict[str, tuple[str, ...]] = {
+    "lockcheck": LOCK_MODELS,
+    "jepsen-edn": (*LOCK_MODELS, *REGISTER_MODELS),
+    "porcupine-etcd": ("cas-register",),
+    "porcupine-kv": ("kv",),
+}
+_KV_FIRST_LINE = re.compile(r"^\{:process \d+, :type :\w+, :f :(get|put|append), :key ")
+
+
+def _checkers() -> dict[str, Any]:
+    from lockcheck.checker.registry import CHECKERS  # the registry imports this module's peers
+
+    return dict(CHECKERS)
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for raw in fh:
+                if raw.strip():
+                    return raw.strip()
+    except OSError as e:
+        raise HistoryError(path, 0, f"cannot read: {e.strerror or e}") from None
+    return ""
+
+
+def infer_format(path: Path) -> str:
+    """The format of a history file, from its name or its first non-empty line."""
+    name = path.name
+    if name.endswith(".jsonl"):
+        return "lockcheck"
+    if name.endswith(".edn"):
+        return "jepsen-edn"
+    if re.fullmatch(r"etcd_\d+\.log", name):
+        return "porcupine-etcd"
+    line = _first_line(path)
+    if not line:
+        raise HistoryError(path, 0, "empty file: cannot tell its format")
+    if line.startswith("INFO") and "jepsen.util" in line:
+        return "porcupine-etcd"
+    if _KV_FIRST_LINE.match(line):
+        return "porcupine-kv"
+    if line.startswith('{"') or line.startswith("{}"):
+        return "lockcheck"
+    if line.startswith(("{", "[", "#")):
+        return "jepsen-edn"
+    raise HistoryError(path, 1, "unknown history format (give --format)")
+
+
+def _default_model(fmt: str, ops: list[Op] | None) -> str:
+    if fmt == "lockcheck":
+        return "fenced-mutex"
+    if fmt == "jepsen-edn":
+        fs = {op.f for op in ops or []}
+        if fs & {"acquire", "release", "renew"}:
+            return "mutex"
+        return "cas-register"
+    return "cas-register" if fmt == "porcupine-etcd" else "kv"
+
+
+def _valid(result: CheckResult) -> Any:
+    if result is CheckResult.OK:
+        return True
+    if result is CheckResult.ILLEGAL:
+        return False
+    return "unknown"
+
+
+def _value_error(path: Path, e: ValueError) -> HistoryError:
+    """A porcupine-log parser's ValueError ("name:line: msg") as a HistoryError."""
+    m = re.match(r"^.*?:(\d+): (.*)$", str(e), re.DOTALL)
+    if m:
+        return HistoryError(path, int(m.group(1)), m.group(2))
+    return HistoryError(path, 0, str(e))
+
+
+def _read_ops(path: Path, fmt: str, allow_truncated: bool) -> tuple[list[Op], dict[str, Any]]:
+    notes: dict[str, Any] = {}
+    if fmt == "lockcheck":
+        res = read_history_full(path, allow_truncated=allow_truncated)
+        if res.truncated_line is not None:
+            notes["truncated_line_ignored"] = res.truncated_line
+        return res.ops, notes
+    return read_jepsen_edn(path, allow_truncated=allow_truncated), notes
+
+
+def _run_dir_options(path: Path) -> CheckOptions:
+    """Options from a run's test.json beside the history, when there is one."""
+    test = path.parent / "test.json"
+    kwargs: dict[str, Any] = {}
+    try:
+        data = json.loads(test.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return CheckOptions()
+    if isinstance(data, dict):
+        opts = data.get("options", data)
+        if isinstance(opts, dict):
+            for name in ("workload", "resource"):
+                if isinstance(opts.get(name), str):
+                    kwargs[name] = opts[name]
+            ttl = opts.get("ttl_ms")
+            if isinstance(ttl, int) and not isinstance(ttl, bool):
+                kwargs["ttl_ms"] = ttl
+            drift = opts.get("clock_drift")
+            if isinstance(drift, int | float) and not isinstance(drift, bool):
+                kwargs["clock_drift"] = float(drift)
+    return CheckOptions(**kwargs)
+
+
+# ------------------------------------------------------------------ register ops
+
+
+def _hashable(v: Any) -> Hashable:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((str(k), _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def register_operations(ops: Sequence[Op], model: str) -> list[Operation]:
+    """read/write/cas ops as keyed `(key, (f, value))` engine inputs.
+
+    `fail` ops are dropped (Jepsen/Knossos semantics: they took no effect); a crashed
+    read is dropped too (it has no effect); other crashed ops stay open to the end.
+    """
+    out: list[Operation] = []
+    fs = ("read", "write", "cas") if model == "cas-register" else ("read", "write")
+    for pair in pair_ops(ops):
+        inv, comp = pair.invoke, pair.complete
+        if inv.process == "nemesis" or inv.f not in fs:
+            continue
+        typ = pair.type
+        if typ == "fail" or (typ == "info" and inv.f == "read"):
+            continue
+        if inv.f == "read":
+            inp: tuple[str, Any] = ("read", None)
+            output: Any = _hashable(comp.value) if comp is not None else UNKNOWN
+        elif inv.f == "write":
+            inp, output = ("write", _hashable(inv.value)), None
+        else:
+            v = inv.value
+            if not (isinstance(v, list) and len(v) == 2):
+                where = inv.extra.get("line", inv.index)
+                raise HistoryError("<history>", int(where), f"cas value must be [old new]: {v!r}")
+            inp, output = ("cas", (_hashable(v[0]), _hashable(v[1]))), True
+        ret: float = comp.time if typ == "ok" and comp is not None else float("inf")
+        if ret == float("inf"):
+            output = UNKNOWN
+        client = inv.process if isinstance(inv.process, int) else 0
+        out.append(Operation(client, (inv.key, inp), inv.time, output, ret))
+    return out
+
+
+def keyed(model: Model[Any, Any, Any]) -> Model[Any, Any, Any]:
+    """`model` over inputs `(key, input)`, partitioned by key."""
+    step = model.step
+    describe = model.describe_operation
+
+    def keyed_step(state: Any, inp: tuple[Any, Any], out: Any) -> tuple[bool, Any]:
+        return step(state, inp[1], out)
+
+    def partition(ops: Sequence[Operation]) -> list[list[Operation]]:
+        parts: dict[Any, list[Operation]] = defaultdict(list)
+        for op in ops:
+            parts[op.input[0]].append(op)
+        return list(parts.values())
+
+    def describe_op(inp: tuple[Any, Any], out: Any) -> str:
+        head = "" if inp[0] is None else f"[{inp[0]}] "
+        return head + describe(inp[1], out)
+
+    return Model(
+        init=model.init,
+        step=keyed_step,
+        partition=partition,
+        describe_operation=describe_op,
+        describe_state=model.describe_state,
+    )
+
+
+# ------------------------------------------------------------------ entry point
+
+
+def check_external(
+    path: Path,
+    *,
+    model: str | None,
+    fmt: str | None,
+    timeout: float | None,
+    html_dir: Path | None,
+    allow_truncated: bool,
+) -> dict[str, Any]:
+    """Check one history file; see the module doc. Raises HistoryError on unreadable
+    or malformed input and BadInput on an unknown format or model. ``timeout`` None
+    means the default of 60 s per search (a search is never unbounded)."""
+    t0 = time.monotonic()
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT_S
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "history.jsonl").is_file():
+            raise HistoryError(path, 0, "a directory without history.jsonl")
+        path = path / "history.jsonl"
+    if not path.exists():
+        raise HistoryError(path, 0, "no such file")
+    if fmt is None:
+        fmt = infer_format(path)
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    checkers = _checkers()
+    if model is not None and model not in ENGINE_MODELS and model not in checkers:
+        known = ", ".join([*ENGINE_MODELS, *sorted(checkers)])
+        raise BadInput(f"unknown model {model!r}; known: {known}")
+
+    ops: list[Op] | None = None
+    notes: dict[str, Any] = {}
+    if fmt in ("lockcheck", "jepsen-edn"):
+        ops, notes = _read_ops(path, fmt, allow_truncated)
+    model = model or _default_model(fmt, ops)
+    allowed = _MODELS_FOR[fmt]
+    if model not in allowed and not (model in checkers and ops is not None):
+        raise BadInput(
+            f"model {model!r} does not apply to format {fmt!r}; use one of: "
+            + ", ".join(allowed + (tuple(sorted(checkers)) if ops is not None else ()))
+        )
+
+    result: dict[str, Any] = {"path": str(path), "format": fmt, "model": model}
+    result.update(notes)
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
+    if model in checkers and ops is not None:
+        opts = _run_dir_options(path) if fmt == "lockcheck" else CheckOptions()
+        opts = CheckOptions(
+            workload=opts.workload,
+            resource=opts.resource,
+            ttl_ms=opts.ttl_ms,
+            clock_drift=opts.clock_drift,
+            timeout_s=timeout,
+            html_dir=html_dir,
+        )
+        details = check_safe(model, checkers[model], ops, opts)
+        result["valid"] = details.get("valid", "unknown")
+        result["ops"] = len(ops)
+        result["details"] = details
+    elif model in LOCK_MODELS:
+        assert ops is not None
+        details = check_lock_operations(
+            lock_operations(ops),
+            model_name=model,
+            timeout_s=timeout,
+            html_dir=html_dir,
+        )
+        result["valid"] = details["valid"]
+        result["ops"] = len(ops)
+        result["details"] = details
+    else:
+        result.update(_engine_check(path, fmt, model, ops, timeout, html_dir, stem))
+    if "summary" in result.get("details", {}):
+        result["summary"] = result["details"]["summary"]
+    result["elapsed_s"] = round(time.monotonic() - t0, 4)
+    return result
+
+
+def _engine_check(
+    path: Path,
+    fmt: str,
+    model_name: str,
+    ops: list[Op] | None,
+    timeout: float | None,
+    html_dir: Path | None,
+    stem: str,
+) -> dict[str, Any]:
+    from lockcheck.checker.formats import porcupine_logs
+
+    base = {"cas-register": cas_register, "register": register}
+    info: LinearizationInfo
+    model: Model[Any, Any, Any]
+    count: int
+    if fmt in ("porcupine-etcd", "porcupine-kv"):
+        parse: Callable[[Path], list[Event]] = (
+            porcupine_logs.parse_etcd_log
+            if fmt == "porcupine-etcd"
+            else porcupine_logs.parse_kv_log
+        )
+        try:
+            events = parse(path)
+        except ValueError as e:
+            raise _value_error(path, e) from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise HistoryError(path, 0, f"cannot read: {e}") from None
+        model = cas_register() if model_name == "cas-register" else kv()
+        cap = auto_cache_cap(len(events) // 2)
+        res, info = check_events_verbose(model, events, timeout=timeout, max_cache=cap)
+        count = sum(1 for ev in events if ev.kind == "call")
+    else:
+        assert ops is not None
+        try:
+            operations = register_operations(ops, model_name)
+        except HistoryError as e:
+            raise HistoryError(path, e.line, str(e).split(": ", 1)[-1]) from None
+        model = keyed(base[model_name]())
+        cap = auto_cache_cap(len(operations))
+        res, info = check_operations_verbose(model, operations, timeout=timeout, max_cache=cap)
+        count = len(operations)
+    out: dict[str, Any] = {"valid": _valid(res), "ops": count}
+    details: dict[str, Any] = {
+        "result": str(res),
+        "partitions": len(info.partitions),
+        "cache_entries": info.cache_entries,
+    }
+    if info.note:
+        details["note"] = info.note
+    if res is CheckResult.ILLEGAL:
+        details["explanation"] = info.explain(model)
+        details["summary"] = f"not linearizable as {model_name}"
+        if html_dir is not None:
+            html_dir.mkdir(parents=True, exist_ok=True)
+            target = html_dir / f"{stem}-{model_name}.html"
+            try:
+                with target.open("w", encoding="utf-8") as fh:
+                    visualize(model, info, fh)
+                details["html"] = [str(target)]
+            except NotImplementedError as e:
+                details["html_note"] = f"no timeline: {e}"
+    elif res is CheckResult.UNKNOWN:
+        details["summary"] = f"not fully checked: {info.note}"
+    out["details"] = details
+    return out

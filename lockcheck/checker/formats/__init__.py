@@ -1,0 +1,1 @@
+"""Parsers that turn foreign history formats into lockcheck checker inputs."""

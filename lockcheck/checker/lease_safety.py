@@ -1,0 +1,200 @@
+"""Lease safety: was a lock granted while another client's lease was provably valid?
+
+This checker works in real time, per key, and needs no search.
+
+An ok `acquire` or `renew` invoked at `t` with TTL `T` is a *certificate*: the service
+applied it at some moment `g` in `[t, ok]`, and from `g` the lease lasts `T` by the
+service's clock, so by ours it lasts at least until `t + T * (1 - e)`, where `e` is the
+clock-rate bound (`CheckOptions.clock_drift`). The holder may give the lease up earlier:
+its claim ends when it next invokes `release` (or `acquire`) on that key, whatever the
+outcome of that op.
+
+Two certificates of different processes certainly overlap when each completed before
+the other's bound: whatever the moments the service applied them, the later one was
+applied while the earlier lease was still valid. That is a violation: "granted while a
+lease was provably still valid". It catches a master that restarts with an empty state,
+a failover that loses a lease, a server clock jump. It does not blame the service for a
+client that paused past its TTL: the other client's grant then completes after the
+bound.
+
+TTL comes from the invoke's `ttl_ms`, else from `CheckOptions.ttl_ms`; a certificate
+with neither is skipped (and counted).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from lockcheck.checker.api import CheckOptions
+from lockcheck.history import Op, Process, pair_ops
+
+MAX_REPORTED = 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Cert:
+    process: Process
+    f: str  # "acquire" or "renew"
+    invoke_ns: int
+    ok_ns: int
+    until_ns: float  # the lease is provably valid until here (exclusive)
+    ttl_ms: float
+    fence: int | None
+    index: int  # the invoke's index, for reports
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            "f": self.f,
+            "fence": self.fence,
+            "invoke_ns": self.invoke_ns,
+            "ok_ns": self.ok_ns,
+            "valid_until_ns": int(self.until_ns),
+            "ttl_ms": self.ttl_ms,
+            "index": self.index,
+        }
+
+
+def _ttl(inv: Op, default: int | None) -> float | None:
+    v = inv.value
+    if isinstance(v, dict):
+        ttl = v.get("ttl_ms")
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl > 0:
+            return float(ttl)
+    return float(default) if default is not None and default > 0 else None
+
+
+def _fence(*ops: Op | None) -> int | None:
+    for op in ops:
+        if op is not None and op.fence is not None:
+            return op.fence
+    return None
+
+
+def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
+    """Find grants (or renewals) that overlap another process's provably valid lease."""
+    e = opts.clock_drift
+    if not 0 <= e < 1:
+        return {"valid": "unknown", "error": f"clock_drift must be in [0, 1), got {e}"}
+
+    # Per (key, process): times of acquire/release invokes, which end a process's claim.
+    boundaries: dict[tuple[str, Process], list[tuple[int, int, str]]] = defaultdict(list)
+    lock_pairs = []
+    for pair in pair_ops(ops):
+        inv = pair.invoke
+        if inv.key is None or inv.f not in ("acquire", "renew", "release"):
+            continue
+        lock_pairs.append(pair)
+        if inv.f in ("acquire", "release"):
+            boundaries[(inv.key, inv.process)].append((inv.time, inv.index, inv.f))
+    for b in boundaries.values():
+        b.sort()
+
+    certs: dict[str, list[_Cert]] = defaultdict(list)
+    skipped_no_ttl = 0
+    skipped_after_release = 0
+    for pair in lock_pairs:
+        inv, comp = pair.invoke, pair.complete
+        if inv.f == "release" or comp is None or comp.type != "ok":
+            continue
+        assert inv.key is not None
+        ttl = _ttl(inv, opts.ttl_ms)
+        if ttl is None:
+            skipped_no_ttl += 1
+            continue
+        bounds = boundaries.get((inv.key, inv.process), [])
+        pos = bisect.bisect_right(bounds, (inv.time, inv.index, "~"))
+        if inv.f == "renew" and pos > 0 and bounds[pos - 1][2] == "release":
+            # a renew sent after the holder started releasing proves nothing lasting
+            skipped_after_release += 1
+            continue
+        until = inv.time + ttl * 1e6 * (1 - e)
+        if pos < len(bounds):
+            until = min(until, bounds[pos][0])
+        certs[inv.key].append(
+            _Cert(
+                process=inv.process,
+                f=inv.f,
+                invoke_ns=inv.time,
+                ok_ns=comp.time,
+                until_ns=until,
+                ttl_ms=ttl,
+                fence=_fence(comp, inv),
+                index=inv.index,
+            )
+        )
+
+    violations: list[dict[str, Any]] = []
+    count = 0
+    per_key: dict[str, int] = {}
+    for key in sorted(certs):
+        n = _sweep(key, certs[key], violations)
+        count += n
+        if n:
+            per_key[key] = n
+
+    checked = sum(len(c) for c in certs.values())
+    result: dict[str, Any] = {
+        "certificates": checked,
+        "skipped_no_ttl": skipped_no_ttl,
+        "skipped_renew_after_release": skipped_after_release,
+        "clock_drift": e,
+        "violation_count": count,
+        "violations_per_key": per_key,
+        "violations": violations,
+    }
+    if count:
+        result["valid"] = False
+        first = violations[0]
+        result["summary"] = (
+            f"{count} grant(s) while a lease was provably still valid; first on key "
+            f"{first['key']!r}: process {first['granted']['process']} "
+            f"{first['granted']['f']} ok while process {first['holder']['process']}'s "
+            f"lease (fence {first['holder']['fence']}) was valid"
+        )
+    elif checked == 0 and skipped_no_ttl > 0:
+        result["valid"] = "unknown"
+        result["summary"] = "no TTL known (neither ttl_ms on invokes nor a default)"
+    else:
+        result["valid"] = True
+    return result
+
+
+def _sweep(key: str, certs: list[_Cert], out: list[dict[str, Any]]) -> int:
+    """Report each certificate that overlaps an earlier-completed one of another process."""
+    certs.sort(key=lambda c: (c.ok_ns, c.index))
+    # process -> its certificate with the latest bound among those seen so far
+    active: dict[Process, _Cert] = {}
+    count = 0
+    for x in certs:
+        stale = [p for p, y in active.items() if y.until_ns <= x.ok_ns]
+        for p in stale:
+            del active[p]
+        for p, y in active.items():
+            # y completed no later than x (sort order) and its bound is after x's ok;
+            # the overlap is certain if y also completed before x's own bound.
+            if p != x.process and y.ok_ns < x.until_ns:
+                count += 1
+                if len(out) < MAX_REPORTED:
+                    out.append(
+                        {
+                            "key": key,
+                            "kind": f"{'granted' if x.f == 'acquire' else 'renewed'}-while-held",
+                            "holder": y.describe(),
+                            "granted": x.describe(),
+                            "message": (
+                                f"process {x.process} {x.f} ok at {x.ok_ns} ns (fence {x.fence}) "
+                                f"while process {y.process}'s lease (fence {y.fence}, "
+                                f"{y.f} invoked at {y.invoke_ns} ns, TTL {y.ttl_ms:g} ms) "
+                                f"was provably valid until {int(y.until_ns)} ns"
+                            ),
+                        }
+                    )
+                break
+        prev = active.get(x.process)
+        if prev is None or x.until_ns > prev.until_ns:
+            active[x.process] = x
+    return count

@@ -1,0 +1,242 @@
+"""The lease-safety checker: grants while another lease was provably valid."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.checker.lease_safety import check_lease_safety
+from lockcheck.checker.linearizable import check_linearizable
+from lockcheck.history import Op
+
+from .histories import H
+
+MS = 1_000_000  # ns
+
+
+def check(ops: list[Op], **kw: Any) -> dict[str, Any]:
+    return check_safe("lease-safety", check_lease_safety, ops, CheckOptions(**kw))
+
+
+def test_restarted_master_grants_a_held_lock() -> None:
+    ops = H().acquire(0, "k", 1, 0, 1 * MS).acquire(1, "k", 1, 500 * MS, 501 * MS).ops()
+    r = check(ops)
+    assert r["valid"] is False
+    assert r["violation_count"] == 1
+    v = r["violations"][0]
+    assert v["key"] == "k"
+    assert v["kind"] == "granted-while-held"
+    assert v["holder"]["process"] == 0 and v["granted"]["process"] == 1
+    assert v["holder"]["fence"] == 1 and v["granted"]["fence"] == 1
+    assert v["holder"]["valid_until_ns"] == 1980 * MS  # 2000 ms * (1 - 1%)
+    assert v["granted"]["ok_ns"] == 501 * MS
+    assert "provably valid" in v["message"]
+    assert "process 1" in r["summary"]
+
+
+def test_release_ends_the_claim() -> None:
+    ops = (
+        H()
+        .acquire(0, "k", 1, 0, 1 * MS)
+        .release(0, "k", 1, 100 * MS, 400 * MS, result="info")
+        .acquire(1, "k", 2, 150 * MS, 200 * MS)
+        .ops()
+    )
+    assert check(ops)["valid"] is True
+
+
+def test_a_client_that_paused_past_its_ttl_is_not_the_services_fault() -> None:
+    ops = H().acquire(0, "k", 1, 0, 1 * MS).acquire(1, "k", 2, 1000 * MS, 2500 * MS).ops()
+    assert check(ops)["valid"] is True
+
+
+def test_bound_uses_invoke_time_and_clock_drift() -> None:
+    def at(ok_ms: int) -> list[Op]:
+        return H().acquire(0, "k", 1, 0, 5 * MS).acquire(1, "k", 2, 6 * MS, ok_ms * MS).ops()
+
+    assert check(at(1979))["valid"] is False
+    assert check(at(1980))["valid"] is True  # the bound itself is not "before" it
+    assert check(at(1995), clock_drift=0.0)["valid"] is False
+    assert check(at(1995), clock_drift=0.01)["valid"] is True
+
+
+def test_ttl_from_options_when_the_invoke_has_none() -> None:
+    h = H()
+    h.op(0, "invoke", "acquire", "k", None, 0).op(0, "ok", "acquire", "k", {"fence": 1}, MS)
+    h.op(1, "invoke", "acquire", "k", None, 2 * MS).op(
+        1, "ok", "acquire", "k", {"fence": 2}, 3 * MS
+    )
+    ops = h.ops()
+    assert check(ops, ttl_ms=1000)["valid"] is False
+    r = check(ops)
+    assert r["valid"] == "unknown"
+    assert r["skipped_no_ttl"] == 2
+
+
+def test_renew_extends_the_lease() -> None:
+    ops = (
+        H()
+        .acquire(0, "k", 1, 0, 1 * MS)
+        .renew(0, "k", 1, 1500 * MS, 1501 * MS)
+        .acquire(1, "k", 2, 3000 * MS, 3001 * MS)
+        .ops()
+    )
+    r = check(ops)
+    assert r["valid"] is False
+    assert r["violations"][0]["holder"]["f"] == "renew"
+
+
+def test_renew_granted_during_someone_elses_lease() -> None:
+    ops = H().acquire(1, "k", 2, 0, 1 * MS).renew(0, "k", 1, 100 * MS, 101 * MS).ops()
+    r = check(ops)
+    assert r["valid"] is False
+    assert r["violations"][0]["kind"] == "renewed-while-held"
+
+
+def test_renew_sent_after_release_proves_nothing() -> None:
+    ops = (
+        H()
+        .acquire(0, "k", 1, 0, 1 * MS)
+        .release(0, "k", 1, 10 * MS, 20 * MS)
+        .renew(0, "k", 1, 11 * MS, 12 * MS)
+        .acquire(1, "k", 2, 30 * MS, 31 * MS)
+        .ops()
+    )
+    r = check(ops)
+    assert r["valid"] is True
+    assert r["skipped_renew_after_release"] == 1
+
+
+def test_concurrent_grants_overlap_certainly() -> None:
+    ops = H().acquire(0, "k", 1, 0, 10 * MS).acquire(1, "k", 2, 5 * MS, 12 * MS).ops()
+    assert check(ops)["valid"] is False
+
+
+def test_own_renews_and_other_keys_do_not_conflict() -> None:
+    ops = (
+        H()
+        .acquire(0, "a", 1, 0, 1 * MS)
+        .renew(0, "a", 1, 10 * MS, 11 * MS)
+        .acquire(1, "b", 1, 5 * MS, 6 * MS)
+        .ops()
+    )
+    assert check(ops)["valid"] is True
+
+
+def test_failed_and_crashed_acquires_are_not_leases() -> None:
+    ops = (
+        H()
+        .acquire(0, "k", None, 0, 1 * MS, result="info")
+        .acquire(2, "k", None, 0, 1 * MS, result="fail")
+        .acquire(1, "k", 2, 5 * MS, 6 * MS)
+        .ops()
+    )
+    r = check(ops)
+    assert r["valid"] is True
+    assert r["certificates"] == 1
+
+
+def test_each_bad_grant_is_counted_once() -> None:
+    h = H().acquire(0, "k", 1, 0, 1 * MS)
+    for p in range(1, 6):
+        h.acquire(p, "k", p + 1, p * 10 * MS, p * 10 * MS + 1)
+    r = check(h.ops())
+    assert r["violation_count"] == 5
+    assert r["violations_per_key"] == {"k": 5}
+
+
+def test_bad_clock_drift_is_unknown() -> None:
+    assert check([], clock_drift=1.5)["valid"] == "unknown"
+
+
+def test_empty_history_is_valid() -> None:
+    r = check([])
+    assert r["valid"] is True
+    assert r["certificates"] == 0
+
+
+# ------------------------------------------------------------------ no false alarms
+
+
+def simulate(rng: random.Random, *, n_ops: int, clients: int, ttl_ms: int) -> list[Op]:
+    """A correct lease service: each op takes effect at one instant inside its interval;
+    leases last exactly `ttl_ms` of (our) time from that instant."""
+    ttl = ttl_ms * MS
+    holder: int | None = None
+    hfence = 0
+    expires = 0
+    top = 0
+    procs = list(range(clients))
+    belief: dict[int, int | None] = dict.fromkeys(procs)
+    free_at = dict.fromkeys(procs, 0)
+    h = H(concurrency=clients)
+    t = 0
+    for _ in range(n_ops):
+        t += rng.randint(0, 30 * MS)
+        w = rng.choice([w for w in range(clients) if free_at[w] <= t] or [min(free_at)])
+        t = max(t, free_at[w] + 1)
+        p = procs[w]
+        invoke = t - rng.randint(0, min(3 * MS, t - free_at[w] - 1 if free_at[w] else 0))
+        done = t + rng.randint(0, 3 * MS)
+        crashed = rng.random() < 0.15
+        happens = not crashed or rng.random() < 0.5
+        fence = belief[w]
+        if fence is None:
+            f = "acquire"
+            ok = holder is None or expires <= t
+            if ok and happens:
+                top += 1
+                holder, hfence, expires = p, top, t + ttl
+        else:
+            f = rng.choice(["renew", "renew", "release"])
+            ok = holder == p and hfence == fence and expires > t
+            if ok and happens:
+                if f == "renew":
+                    expires = t + ttl
+                else:
+                    holder = None
+        result = "info" if crashed else ("ok" if ok else "fail")
+        if f == "acquire":
+            h.acquire(p, "k", top if ok else None, invoke, done, result=result, ttl_ms=ttl_ms)
+        elif f == "renew":
+            h.renew(p, "k", fence, invoke, done, result=result, ttl_ms=ttl_ms)
+        else:
+            h.release(p, "k", fence, invoke, done, result=result)
+        free_at[w] = done
+        if crashed and f != "renew":
+            procs[w] += clients  # retire the process id
+            belief[w] = None
+        elif f == "acquire" and result == "ok":
+            belief[w] = top
+        elif f == "release":
+            belief[w] = None
+    return h.ops()
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.randoms(use_true_random=False))
+def test_a_correct_service_is_never_blamed(rng: random.Random) -> None:
+    ops = simulate(rng, n_ops=rng.randint(1, 30), clients=rng.randint(1, 4), ttl_ms=50)
+    r = check(ops, clock_drift=0.0)
+    assert r["valid"] is True, r["violations"][:1]
+    lin = check_safe("linearizable", check_linearizable, ops, CheckOptions())
+    assert lin["valid"] is True, lin.get("explanation")
+    off = CheckOptions(extra={"fast_path": False})
+    assert check_safe("linearizable", check_linearizable, ops, off)["valid"] is True
+
+
+def test_an_empty_restart_is_caught() -> None:
+    """The same simulation, but the service forgets its leases once."""
+    ops = (
+        H()
+        .acquire(0, "k", 1, 0, 1 * MS, ttl_ms=50)
+        .renew(0, "k", 1, 20 * MS, 21 * MS, ttl_ms=50)
+        .acquire(1, "k", 1, 30 * MS, 31 * MS, ttl_ms=50)  # restarted: fence 1 again
+        .ops()
+    )
+    assert check(ops)["valid"] is False
+    assert check_safe("linearizable", check_linearizable, ops, CheckOptions())["valid"] is False
