@@ -15,6 +15,8 @@ from typing import Any, TextIO
 
 Process = int | str  # an int for clients, "nemesis" for faults
 
+_KNOWN = frozenset({"index", "time", "process", "type", "f", "key", "value", "error"})
+_NO_EXTRA: dict[str, Any] = {}  # shared and never mutated: most lines have no extra fields
 TYPES = frozenset({"invoke", "ok", "fail", "info", "event"})
 COMPLETIONS = frozenset({"ok", "fail", "info"})
 
@@ -89,8 +91,7 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
     if key is not None and not isinstance(key, str):
         raise HistoryError(path, line, "'key' must be a string or null")
     error = d.get("error")
-    known = {"index", "time", "process", "type", "f", "key", "value", "error"}
-    extra = {k: v for k, v in d.items() if k not in known}
+    extra = _NO_EXTRA if d.keys() <= _KNOWN else {k: v for k, v in d.items() if k not in _KNOWN}
     return Op(
         process=process,
         type=typ,
