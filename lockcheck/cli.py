@@ -174,7 +174,7 @@ def cluster_up(backend: str, nodes: int | None, clients: int, subnet: str | None
 
     if backend not in BACKENDS:
         raise BadInput(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
-    require_for_test(BACKENDS[backend].service)
+    require_for_test(BACKENDS[backend].service, "lockcheck cluster up")
     reg = Registry()
     c = LocalCluster(nodes or BACKENDS[backend].default_nodes, clients, reg, kind="cluster",
                      subnet=subnet)

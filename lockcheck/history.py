@@ -169,9 +169,9 @@ class HistoryWriter:
     def append(self, op: dict[str, Any] | Op) -> dict[str, Any]:
         d = op.to_json() if isinstance(op, Op) else dict(op)
         with self._lock:
-            d["index"] = self._next
-            # keep the documented field order: index first
-            line = json.dumps({"index": d.pop("index"), **d}, separators=(", ", ": "))
+            d.pop("index", None)
+            d = {"index": self._next, **d}  # the documented field order: index first
+            line = json.dumps(d, separators=(", ", ": "))
             self._fh.write(line + "\n")
             self._fh.flush()
             self._next += 1
@@ -205,8 +205,9 @@ class Pair:
 def pair_ops(ops: Iterable[Op]) -> Iterator[Pair]:
     """Match each invoke with the next completion of the same process and f.
 
-    Yields pairs in invoke order. Events and nemesis ops are paired too (nemesis
-    completions are `info`). Completions without an invoke are ignored.
+    Yields pairs in invoke order, nemesis ops included (their completions are
+    `info`). Events have no completion and are not yielded; nor are completions
+    without an invoke.
     """
     open_: dict[tuple[Process, str], Op] = {}
     pending: list[tuple[Op, list[Op | None]]] = []

@@ -52,10 +52,10 @@ def doctor() -> list[Finding]:
     return out
 
 
-def require_for_test(service: str) -> None:
+def require_for_test(service: str, command: str = "lockcheck test") -> None:
     """Raise BadInput with one clear line for the first missing prerequisite."""
     if not is_root():
-        raise BadInput("lockcheck test needs root (it creates network namespaces); run it "
+        raise BadInput(f"{command} needs root (it creates network namespaces); run it "
                        "as root or with sudo")
     for b in ["ip", "iptables", *SERVICE_BINARIES.get(service, [])]:
         if shutil.which(b) is None:

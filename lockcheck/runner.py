@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from lockcheck import __version__
 from lockcheck.checker.analyze import analyze
-from lockcheck.cluster.netns import LocalCluster, cleanup_leftovers
+from lockcheck.cluster.netns import LocalCluster, cleanup_leftovers, pick_subnet
 from lockcheck.cluster.node import Daemon
 from lockcheck.cluster.redis import RedisService, redis_version
 from lockcheck.cluster.state import Registry
@@ -156,6 +156,8 @@ def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
     spec = validate(spec)
     backend = BACKENDS[spec.backend]
     require_for_test(backend.service)
+    if spec.subnet is not None:
+        pick_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything exists
     registry = registry or Registry()
     cleaned = cleanup_leftovers(registry)
     if cleaned:

@@ -23,7 +23,7 @@ class TestSpec:
     time_limit: float = 30.0
     ttl_ms: int = 1000
     hold_ms: tuple[int, int] = (50, 500)
-    nemesis_interval: float = 4.0
+    nemesis_interval: float = 3.0
     restart_delay: float = 0.1
     quiet: float = 5.0  # final phase with every fault healed
     resource: str = "fenced"
@@ -95,4 +95,10 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--time-limit must be positive")
     if spec.nemesis_interval <= 0:
         raise BadInput("--nemesis-interval must be positive")
+    from lockcheck.cluster.netns import MAX_CLIENTS, MAX_NODES
+
+    if spec.nodes > MAX_NODES:
+        raise BadInput(f"--nodes must be at most {MAX_NODES}")
+    if spec.concurrency > MAX_CLIENTS:
+        raise BadInput(f"--concurrency must be at most {MAX_CLIENTS}")
     return spec

@@ -64,6 +64,9 @@ def mapped_errors() -> Iterator[None]:
         yield
     except rex.LockNotOwnedError as e:
         raise NotOwner("not-owner") from e
+    except rex.BusyLoadingError as e:
+        # a ConnectionError subclass, but the server answered LOADING without running it
+        raise Definite("loading") from e
     except (rex.TimeoutError, rex.ConnectionError) as e:
         # redis-py reports a failed connect as "Error N connecting to ..." or
         # "Timeout connecting to server": nothing was sent. Anything else (reset,
@@ -102,7 +105,7 @@ class RedisLockClient:
         self.redis = redis.Redis(
             host=address, port=port, socket_timeout=op_timeout_s,
             socket_connect_timeout=op_timeout_s, retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False, health_check_interval=0,
+            health_check_interval=0,
         )
         self._locks: dict[str, FencedLock] = {}
 

@@ -199,6 +199,9 @@ class Worker:
         except OSError as e:
             self.rec(p, "info", "write", key, {"fence": fence}, f"resource: {e}"[:80])
             return None
+        if "accepted" not in r:  # the resource refused to process it: nothing was applied
+            self.rec(p, "fail", "write", key, {"fence": fence}, f"resource: {r.get('error')}"[:80])
+            return None
         value = {"fence": fence, "accepted": r["accepted"], "seq": r["seq"],
                  "max_fence": r["max_fence"]}
         if r["accepted"]:

@@ -31,8 +31,12 @@ class ResourceState:
     rejected: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    closed: bool = False
+
     def write(self, key: str, fence: int | None, process: Any) -> dict[str, Any]:
         with self.lock:
+            if self.closed:
+                raise ValueError("resource is shut down")
             prev = self.max_fence.get(key)
             stale = fence is None or (prev is not None and fence <= prev)
             accepted = self.mode == "unfenced" or not stale
@@ -90,6 +94,7 @@ class ResourceServer:
         self.server.server_close()
         self.socket_path.unlink(missing_ok=True)
         with self.state.lock:
+            self.state.closed = True
             self.log_fh.close()
 
 

@@ -14,8 +14,12 @@ list held in two int arrays. The search walks the list from the head:
 Crashed operations (``return_time == inf``) are optional: the search succeeds as soon
 as every non-crashed operation is linearized.
 
-The set of linearized operations is a Python int used as a bitset; the memo cache is a
-set of (bitset, state) tuples; every (operation, state) transition is computed once.
+The set of linearized operations is kept as ``(low, window, crashed bits)``: every
+required op below ``low`` (in call order) is linearized, ``window`` is a Python int
+bitset of the ops from ``low`` on, and the optional crashed ops have their own bitset.
+The ints stay as small as the concurrency rather than growing with the history, so long
+histories check in linear time. The memo cache is a set of ``(low, window, crashed
+bits, state)`` tuples; every (operation, state) transition is computed once.
 Models may mark read-only operations, which the search then linearizes eagerly (see
 `_search`).
 
@@ -110,7 +114,8 @@ class _Part:
     nxt: list[int]  # linked list; 0 is the head, 2n+1 the tail sentinel (a return)
     prv: list[int]
     tr: list[dict[Any, Any] | None]  # call entries: memo state -> next state (or _ILL)
-    bit: list[int]  # call entries: 1 << op index
+    rid: list[int]  # call entries: index among required ops in call order, -1 if crashed
+    cbit: list[int]  # call entries of crashed ops: 1 << index among crashed ops
     match: list[int]  # call entries: their return entry
     opi: list[int]  # call entries: op index
     req: list[int]  # call entries: 1 if the op must be linearized, 0 if crashed
@@ -140,7 +145,10 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
     times.sort()
     size = 2 * n + 2
     tr: list[dict[Any, Any] | None] = [None] * size
-    bit = [0] * size
+    rid = [-1] * size
+    cbit = [0] * size
+    n_req = 0
+    n_crashed = 0
     match = [0] * size
     opi = [-1] * size
     req = [0] * size
@@ -158,9 +166,14 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
             op = ops[i]
             call_entry[i] = e
             tr[e] = {}
-            bit[e] = 1 << i
             opi[e] = i
             crashed = op.return_time == math.inf
+            if crashed:
+                cbit[e] = 1 << n_crashed
+                n_crashed += 1
+            else:
+                rid[e] = n_req
+                n_req += 1
             req[e] = 0 if crashed else 1
             inputs[e] = op.input
             outputs[e] = out = UNKNOWN if crashed else op.output
@@ -178,7 +191,8 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
         nxt=list(range(1, size + 1)),
         prv=list(range(-1, size - 1)),
         tr=tr,
-        bit=bit,
+        rid=rid,
+        cbit=cbit,
         match=match,
         opi=opi,
         req=req,
@@ -213,7 +227,8 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
     nxt = part.nxt[:]
     prv = part.prv[:]
     tr = part.tr
-    bit = part.bit
+    rid = part.rid
+    cbit = part.cbit
     match = part.match
     req = part.req
     opi = part.opi
@@ -227,10 +242,10 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
     has_ro = any(ro)
     tail = len(nxt) - 1  # a return entry with nothing after it: "backtrack now"
     ill = _ILL
-    stack: list[tuple[int, Any, int]] = []
+    stack: list[tuple[int, Any, int, int, int, int]] = []
     push = stack.append
     pop = stack.pop
-    cache: set[tuple[int, Any]] = set()
+    cache: set[tuple[int, int, int, Any]] = set()
     cache_add = cache.add
     # verbose bookkeeping: per op, the longest partial linearization that contains it
     # (the current path is a cons list (op, rest), so that a record costs O(1))
@@ -243,7 +258,12 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
     if need == 0:  # nothing to linearize (no ops, or only crashed ones)
         return _OK, (), ({} if verbose else None), 0
     budget = yield  # always >= 1: the scheduler never grants an empty slice
-    bits = 0
+    # the linearized ops: every required op below `low` (in call order), those at
+    # low + k for each bit k of `window` (bit 0 is always clear), and the crashed ops
+    # in `cbits`; so the ints stay as small as the concurrency, not the history
+    low = 0
+    window = 0
+    cbits = 0
     state = part.init
     e = nxt[0]
     fresh = has_ro  # a new configuration: look for a read-only op to force first
@@ -275,8 +295,22 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                                 ns = ill
                             t[state] = ns
                     if ns is not ill:
-                        nb = bits | bit[x]
-                        k = (nb, ns)
+                        j = rid[x]
+                        if j < 0:
+                            nl = low
+                            nw = window
+                            nc = cbits | cbit[x]
+                        elif j != low:
+                            nl = low
+                            nw = window | (1 << (j - low))
+                            nc = cbits
+                        else:
+                            nw = window | 1
+                            j = (nw ^ (nw + 1)).bit_length() - 1
+                            nw >>= j
+                            nl = low + j
+                            nc = cbits
+                        k = (nl, nw, nc, ns)
                         if not r:
                             if k not in cache:
                                 cand = x
@@ -285,10 +319,12 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                             break
                         else:
                             cache_add(k)
-                            push((x, state, 1))
+                            push((x, state, 1, low, window, cbits))
                             if verbose:
                                 path = (opi[x], path)
-                            bits = nb
+                            low = nl
+                            window = nw
+                            cbits = nc
                             state = ns
                             p = prv[x]
                             q = nxt[x]
@@ -302,7 +338,7 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                             if req[x]:
                                 need -= 1
                                 if not need:
-                                    lin = tuple(opi[y] for y, _, _ in stack)
+                                    lin = tuple(opi[y[0]] for y in stack)
                                     return (
                                         _OK,
                                         lin,
@@ -328,14 +364,30 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                     ns = ill
                 t[state] = ns
             if ns is not ill:
-                nb = bits | bit[e]
-                k = (nb, ns)
+                j = rid[e]
+                if j < 0:
+                    nl = low
+                    nw = window
+                    nc = cbits | cbit[e]
+                elif j != low:
+                    nl = low
+                    nw = window | (1 << (j - low))
+                    nc = cbits
+                else:
+                    nw = window | 1
+                    j = (nw ^ (nw + 1)).bit_length() - 1
+                    nw >>= j
+                    nl = low + j
+                    nc = cbits
+                k = (nl, nw, nc, ns)
                 if k not in cache:
                     cache_add(k)
-                    push((e, state, 0))
+                    push((e, state, 0, low, window, cbits))
                     if verbose:
                         path = (opi[e], path)
-                    bits = nb
+                    low = nl
+                    window = nw
+                    cbits = nc
                     state = ns
                     # unlink the call and its return
                     p = prv[e]
@@ -350,7 +402,7 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                     if req[e]:
                         need -= 1
                         if not need:
-                            lin = tuple(opi[y] for y, _, _ in stack)
+                            lin = tuple(opi[y[0]] for y in stack)
                             return (
                                 _OK,
                                 lin,
@@ -386,8 +438,7 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
                 if len(rec) >= d:
                     del rec[d - 1 :]
                 path = path[1]
-            e, state, forced = pop()
-            bits ^= bit[e]
+            e, state, forced, low, window, cbits = pop()
             need += req[e]
             # relink the return, then the call (reverse order of unlinking)
             r = match[e]

@@ -1,0 +1,524 @@
+"""Shared test machinery: the `needs_root_netns` marker, the CLI runner, leftover checks.
+
+Integration tests run the real `lockcheck` command as a subprocess (the way a user
+does), in a temporary working directory, with `--results-dir` inside it. While the
+command runs, a watcher thread learns the run id from `test.json` and the PIDs the
+run registered in `/run/lockcheck/<id>.json`, so that afterwards we can check that
+nothing the run started is still there, even though the registry file is gone.
+
+The leftover checks only *look*. The only processes a test ever signals are the
+controller subprocesses it started itself (by PID). Other engineers may run
+lockcheck on the same machine at the same time: every check is scoped to the run
+ids this test created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ID_RE = re.compile(r"^[0-9a-f]{6}$")
+WORKER_MODULE = "lockcheck.workloads.lockloop"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("LOCKCHECK_STATE_DIR", "/run/lockcheck"))
+
+
+# -- the needs_root_netns marker --------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_root_netns: needs root, `ip netns`, redis-server and iptables "
+        "(skipped with the reason otherwise)",
+    )
+
+
+_prereq_reason: list[str | None] = []
+
+
+def missing_prerequisite() -> str | None:
+    """Why a real cluster cannot be started here, or None if it can."""
+    if _prereq_reason:
+        return _prereq_reason[0]
+    reason: str | None = None
+    if os.geteuid() != 0:
+        reason = "needs root (lockcheck creates network namespaces); run pytest as root"
+    else:
+        for b in ("ip", "redis-server", "iptables"):
+            if shutil.which(b) is None:
+                reason = f"{b} not found on PATH (scripts/install installs it)"
+                break
+        else:
+            r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+            if r.returncode != 0:
+                reason = f"`ip netns` does not work here: {r.stderr.strip()[:100]}"
+    _prereq_reason.append(reason)
+    return reason
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    marked = [i for i in items if i.get_closest_marker("needs_root_netns") is not None]
+    if not marked:
+        return
+    reason = missing_prerequisite()
+    if reason is None:
+        return
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=f"needs_root_netns: {reason}"))
+
+
+# -- looking at the machine -------------------------------------------------------------
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def proc_cmdline(pid: int) -> str | None:
+    raw = _read(f"/proc/{pid}/cmdline")
+    return None if raw is None else raw.replace("\0", " ").strip()
+
+
+def proc_cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def proc_start(pid: int) -> int | None:
+    raw = _read(f"/proc/{pid}/stat")
+    if raw is None:
+        return None
+    try:
+        return int(raw.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> str | None:
+    raw = _read(f"/proc/{pid}/stat")
+    if raw is None:
+        return None
+    return raw.rsplit(")", 1)[1].split()[0]
+
+
+def proc_alive(pid: int) -> bool:
+    s = proc_state(pid)
+    return s is not None and s not in ("Z", "X")
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def namespaces() -> list[str]:
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def links() -> list[str]:
+    r = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
+    return [m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", r.stdout, re.M)]
+
+
+def lockcheck_ids_on_host() -> set[str]:
+    """Run ids that have anything on this machine (namespaces, bridges, dirs, registry)."""
+    ids: set[str] = set()
+    for ns in namespaces():
+        m = re.match(r"^lc-([0-9a-f]{6})-", ns)
+        if m:
+            ids.add(m.group(1))
+    for link in links():
+        m = re.match(r"^lcb([0-9a-f]{6})$", link)
+        if m:
+            ids.add(m.group(1))
+    for p in Path("/tmp").glob("lockcheck-*"):
+        rid = p.name.removeprefix("lockcheck-")
+        if RUN_ID_RE.match(rid):
+            ids.add(rid)
+    if state_dir().is_dir():
+        for p in state_dir().glob("*.json"):
+            if RUN_ID_RE.match(p.stem):
+                ids.add(p.stem)
+    return ids
+
+
+class RunTrace:
+    """What one run id touched, as far as the tests saw it."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.pids: dict[int, int | None] = {}  # pid -> start time when first seen
+        self.seed: int | None = None
+        self.cwd: str | None = None  # the controller's cwd (the workers inherit it)
+        self.addresses: set[str] = set()
+
+    def note_registry(self) -> None:
+        raw = _read(str(state_dir() / f"{self.run_id}.json"))
+        if raw is None:
+            return
+        try:
+            st = json.loads(raw)
+        except ValueError:
+            return  # caught between writes; the next poll sees it
+        for pid in st.get("pids", []):
+            if isinstance(pid, int) and pid not in self.pids:
+                self.pids[pid] = proc_start(pid)
+        self.addresses.update(str(a) for a in st.get("nodes", {}).values())
+
+    def process_leftovers(self) -> list[str]:
+        out = []
+        tmp = f"/tmp/lockcheck-{self.run_id}"
+        for pid, start in self.pids.items():
+            if proc_alive(pid) and (start is None or proc_start(pid) == start):
+                out.append(f"registered pid {pid} still running: {proc_cmdline(pid)!r}")
+        seen = set(self.pids)
+        seed_text = f'"seed": {self.seed},' if self.seed is not None else None
+        for pid in all_pids():
+            if pid in seen or pid == os.getpid() or not proc_alive(pid):
+                continue
+            cmd, cwd = proc_cmdline(pid) or "", proc_cwd(pid) or ""
+            mine = tmp in cmd or cwd.startswith(tmp)
+            if not mine and WORKER_MODULE in cmd:
+                mine = (self.cwd is not None and cwd == self.cwd) or (
+                    seed_text is not None and seed_text in cmd
+                )
+            if mine:
+                out.append(f"process {pid} of run {self.run_id} still running: {cmd[:120]!r}")
+        return out
+
+    def leftovers(self) -> list[str]:
+        rid = self.run_id
+        out = [f"namespace {ns}" for ns in namespaces() if ns.startswith(f"lc-{rid}-")]
+        out += [f"link {name}" for name in links() if name.startswith(f"lc{rid}") or
+                name == f"lcb{rid}"]
+        if Path(f"/tmp/lockcheck-{rid}").exists():
+            out.append(f"directory /tmp/lockcheck-{rid}")
+        if (state_dir() / f"{rid}.json").exists():
+            out.append(f"registry file {state_dir() / f'{rid}.json'}")
+        out += self.process_leftovers()
+        return out
+
+
+# -- running the CLI --------------------------------------------------------------------
+
+
+class CliResult(tuple[int, str, str, "Path | None"]):
+    """(exit code, stdout, stderr, run dir), plus what the watcher saw."""
+
+    traces: dict[str, RunTrace]  # run id -> what the run touched
+    elapsed: float
+    results_dir: Path | None
+    cwd: Path
+
+    def __new__(cls, code: int, stdout: str, stderr: str, run_dir: Path | None,
+                **extra: Any) -> CliResult:
+        self = super().__new__(cls, (code, stdout, stderr, run_dir))
+        self.__dict__.update(extra)
+        return self
+
+    @property
+    def code(self) -> int:
+        return self[0]
+
+    @property
+    def stdout(self) -> str:
+        return self[1]
+
+    @property
+    def stderr(self) -> str:
+        return self[2]
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self[3]
+
+    def results(self) -> dict[str, Any]:
+        assert self.run_dir is not None, f"no run dir; stderr:\n{self.stderr}"
+        data: dict[str, Any] = json.loads((self.run_dir / "results.json").read_text())
+        return data
+
+    def test_json(self) -> dict[str, Any]:
+        assert self.run_dir is not None, f"no run dir; stderr:\n{self.stderr}"
+        data: dict[str, Any] = json.loads((self.run_dir / "test.json").read_text())
+        return data
+
+    def explain(self) -> str:
+        return (f"exit {self[0]}\n--- stdout ---\n{self[1][-3000:]}\n"
+                f"--- stderr ---\n{self[2][-5000:]}")
+
+
+def _run_dirs(results_dir: Path) -> set[Path]:
+    if not results_dir.is_dir():
+        return set()
+    return {p for p in results_dir.glob("*/*") if p.is_dir() and not p.is_symlink()}
+
+
+class CliProcess:
+    """A running `python -m lockcheck.cli ...`, in its own session, watched."""
+
+    def __init__(self, cli: Cli, argv: list[str], cwd: Path, results_dir: Path | None,
+                 env: dict[str, str] | None, user: Sequence[str] | None = None) -> None:
+        self.cli = cli
+        self.cwd = cwd
+        self.results_dir = results_dir
+        self.argv = [sys.executable, "-m", "lockcheck.cli", *argv]
+        self.before = _run_dirs(results_dir) if results_dir else set()
+        self.started = time.monotonic()
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.pop("PYTHONWARNINGS", None)
+        if env is not None:
+            full_env.update(env)
+        self.popen = subprocess.Popen(
+            [*(user or []), *self.argv], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        self.pid = self.popen.pid
+        cli.started_pids.append(self.pid)
+        self.traces: dict[str, RunTrace] = {}
+        self._stop = threading.Event()
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._drain, args=(self.popen.stdout, self._out), daemon=True),
+            threading.Thread(target=self._drain, args=(self.popen.stderr, self._err), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    @staticmethod
+    def _drain(stream: Any, sink: list[str]) -> None:
+        for line in stream:
+            sink.append(line)
+
+    @property
+    def stderr_so_far(self) -> str:
+        return "".join(self._err)
+
+    def _new_run_dirs(self) -> list[Path]:
+        if self.results_dir is None:
+            return []
+        return sorted(_run_dirs(self.results_dir) - self.before, key=lambda p: p.name)
+
+    def _poll_once(self) -> None:
+        for d in self._new_run_dirs():
+            raw = _read(str(d / "test.json"))
+            if raw is None:
+                continue
+            try:
+                test = json.loads(raw)
+            except ValueError:
+                continue
+            rid = test.get("run_id")
+            if isinstance(rid, str) and RUN_ID_RE.match(rid):
+                tr = self.trace(rid)
+                tr.seed = test.get("seed")
+        for m in re.finditer(r"cluster ([0-9a-f]{6}) up", "".join(self._out)):
+            self.trace(m.group(1))
+        for tr in self.traces.values():
+            tr.note_registry()
+
+    def trace(self, rid: str) -> RunTrace:
+        tr = self.traces.get(rid)
+        if tr is None:
+            tr = self.traces[rid] = self.cli.traces.setdefault(rid, RunTrace(rid))
+            tr.cwd = str(self.cwd)
+        return tr
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                self._poll_once()
+            if self.popen.poll() is not None:
+                break
+            self._stop.wait(0.05)
+
+    def wait_for(self, pred: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if self.popen.poll() is not None:
+                raise AssertionError(f"lockcheck exited before {what}:\n{self.stderr_so_far}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.stderr_so_far}")
+            time.sleep(0.05)
+
+    def wait_running(self, timeout: float = 30.0) -> RunTrace:
+        """Until the run's workers are up (the registry lists the cluster's pids)."""
+        def ready() -> bool:
+            self._poll_once()
+            return any(len(t.pids) >= 2 for t in self.traces.values())
+
+        self.wait_for(ready, timeout, "the cluster and workers to start")
+        return next(iter(self.traces.values()))
+
+    def signal(self, sig: int) -> None:
+        """Signal the controller only (by PID), never its process group."""
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float = 120.0) -> CliResult:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGINT)  # let it tear down, then make sure it is gone
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait()
+            for t in self._readers:
+                t.join(timeout=5)
+            raise AssertionError(
+                f"lockcheck {' '.join(self.argv[3:])} did not finish in {timeout}s:\n"
+                + "".join(self._err)[-4000:]) from None
+        self._stop.set()
+        self._watcher.join(timeout=5)
+        with contextlib.suppress(Exception):
+            self._poll_once()
+        for t in self._readers:
+            t.join(timeout=10)
+        out, err = "".join(self._out), "".join(self._err)
+        return CliResult(self.popen.returncode, out, err, self._find_run_dir(err),
+                         traces=dict(self.traces), elapsed=time.monotonic() - self.started,
+                         results_dir=self.results_dir, cwd=self.cwd)
+
+    def _find_run_dir(self, err: str) -> Path | None:
+        m = re.search(r"^results: (.+)$", err, re.M) or re.search(r" -> (/.+)$", err, re.M)
+        if m:
+            p = Path(m.group(1).strip())
+            if p.is_dir():
+                return p
+        new = self._new_run_dirs()
+        return new[-1] if new else None
+
+
+class Cli:
+    """`cli("test", "--nemesis", "none")` runs lockcheck; `cli.start(...)` returns a handle."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.started_pids: list[int] = []
+        self.traces: dict[str, RunTrace] = {}
+        self.processes: list[CliProcess] = []
+
+    def _argv(self, args: Sequence[str], results_dir: Path | None) -> tuple[list[str], Path | None]:
+        argv = [str(a) for a in args]
+        if argv and argv[0] == "test" and "--results-dir" not in argv:
+            results_dir = results_dir or self.cwd / "results"
+            argv += ["--results-dir", str(results_dir)]
+        elif "--results-dir" in argv:
+            results_dir = Path(argv[argv.index("--results-dir") + 1])
+        return argv, results_dir
+
+    def start(self, *args: Any, env: dict[str, str] | None = None,
+              results_dir: Path | None = None, user: Sequence[str] | None = None,
+              cwd: Path | None = None) -> CliProcess:
+        argv, rdir = self._argv([str(a) for a in args], results_dir)
+        p = CliProcess(self, argv, cwd or self.cwd, rdir, env, user)
+        self.processes.append(p)
+        return p
+
+    def __call__(self, *args: Any, timeout: float = 120.0, env: dict[str, str] | None = None,
+                 results_dir: Path | None = None, user: Sequence[str] | None = None,
+                 cwd: Path | None = None) -> CliResult:
+        return self.start(*args, env=env, results_dir=results_dir, user=user, cwd=cwd).wait(
+            timeout)
+
+    def leftovers(self, run_id: str | None = None) -> list[str]:
+        ids = [run_id] if run_id else list(self.traces)
+        out: list[str] = []
+        for rid in ids:
+            out += self.traces.get(rid, RunTrace(rid)).leftovers()
+        return out
+
+    def assert_no_leftovers(self, run_id: str | None = None, grace: float = 5.0) -> None:
+        """Nothing of `run_id` (default: of every run this test started) is left.
+
+        The kernel removes a deleted namespace's veth ends asynchronously, and a killed
+        process takes a moment to go: what is still there after `grace` seconds is left.
+        """
+        if run_id is None and not self.traces:
+            raise AssertionError("no lockcheck run was seen; nothing to check")
+        deadline = time.monotonic() + grace
+        while (problems := self.leftovers(run_id)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not problems, "left behind:\n  " + "\n  ".join(problems)
+
+    def finish(self) -> None:
+        """Test teardown: stop our controllers (by PID) and remove only our own runs."""
+        for p in self.processes:
+            if p.popen.poll() is None:
+                p.signal(signal.SIGINT)
+                try:
+                    p.popen.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.signal(signal.SIGKILL)
+                    p.popen.wait()
+        for rid, tr in self.traces.items():
+            if tr.leftovers():
+                destroy_run(rid)
+
+
+def destroy_run(run_id: str) -> None:
+    """Remove one run's leftovers with lockcheck's own code (our run id only)."""
+    from lockcheck.cluster.netns import destroy
+    from lockcheck.cluster.state import Registry, RunState
+
+    reg = Registry(state_dir())
+    st = next((s for s in reg.all() if s.run_id == run_id), None)
+    if st is None:
+        st = RunState(run_id, "orphan", 0, None, "", f"lcb{run_id}", f"/tmp/lockcheck-{run_id}")
+    st.namespaces = sorted(set(st.namespaces) |
+                           {ns for ns in namespaces() if ns.startswith(f"lc-{run_id}-")})
+    destroy(st, reg)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    """Runs `python -m lockcheck.cli` in tmp_path; see Cli and CliResult."""
+    c = Cli(tmp_path)
+    try:
+        yield c
+    finally:
+        c.finish()
+
+
+@pytest.fixture
+def assert_no_leftovers(cli: Cli) -> Callable[[str | None], None]:
+    """assert_no_leftovers(run_id or None): None checks every run the test's `cli` started."""
+    return cli.assert_no_leftovers
+
+
+@pytest.fixture(scope="module")
+def module_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    """A Cli shared by a module, for runs that several tests look at."""
+    c = Cli(tmp_path_factory.mktemp("runs"))
+    try:
+        yield c
+    finally:
+        c.finish()

@@ -1,0 +1,317 @@
+"""The command line without a cluster: help, version, exit codes, `check` on hand-made files.
+
+Exit codes: 0 valid, 1 invalid, 2 unknown, 130 interrupted, 254 bad input, 255 internal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from lockcheck import __version__, exitcodes
+from lockcheck.cli import main
+
+
+def run(*args: Any) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_error_line(r: Result) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("lockcheck: "), r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def ops_lines(*rows: dict[str, Any]) -> str:
+    out = []
+    for i, row in enumerate(rows):
+        d = {"index": i, "key": "k", "value": None, **row}
+        out.append(json.dumps(d))
+    return "\n".join(out) + "\n"
+
+
+def section(p: int, fence: int, t0: int, t1: int) -> list[dict[str, Any]]:
+    """acquire ok, enter, exit, release ok: one process's critical section [t0+2, t1]."""
+    return [
+        {"time": t0, "process": p, "type": "invoke", "f": "acquire", "value": {"ttl_ms": 10000},
+         "worker": p},
+        {"time": t0 + 1, "process": p, "type": "ok", "f": "acquire", "value": {"fence": fence},
+         "worker": p},
+        {"time": t0 + 2, "process": p, "type": "event", "f": "enter", "value": {"fence": fence},
+         "worker": p},
+        {"time": t1, "process": p, "type": "event", "f": "exit",
+         "value": {"fence": fence, "reason": "done"}, "worker": p},
+        {"time": t1 + 1, "process": p, "type": "invoke", "f": "release", "value": {"fence": fence},
+         "worker": p},
+        {"time": t1 + 2, "process": p, "type": "ok", "f": "release", "value": {"fence": fence},
+         "worker": p},
+    ]
+
+
+def history(tmp_path: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+    rows = sorted(rows, key=lambda r: r["time"])
+    p = tmp_path / name
+    p.write_text(ops_lines(*rows))
+    return p
+
+
+@pytest.fixture
+def valid_history(tmp_path: Path) -> Path:
+    return history(tmp_path, "valid.jsonl",
+                   section(0, 1, 1_000, 2_000) + section(1, 2, 3_000, 4_000))
+
+
+@pytest.fixture
+def invalid_history(tmp_path: Path) -> Path:
+    return history(tmp_path, "invalid.jsonl",
+                   section(0, 1, 1_000, 5_000) + section(1, 2, 2_000, 4_000))
+
+
+# -- help and version --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["test", "--help"], ["check", "--help"],
+                                  ["cluster", "--help"], ["cluster", "up", "--help"],
+                                  ["doctor", "--help"]])
+def test_help_exits_0(args: list[str]) -> None:
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert "Usage:" in r.stdout
+
+
+def test_top_level_help_lists_the_commands() -> None:
+    out = run("--help").stdout
+    for cmd in ("test", "check", "cluster", "doctor"):
+        assert f"  {cmd}" in out
+
+
+def test_test_help_documents_the_options() -> None:
+    out = run("test", "--help").stdout
+    for opt in ("--backend", "--workload", "--nemesis", "--time-limit", "--hold-ms",
+                "--resource", "--results-dir", "--concurrency", "--keys", "--leave-running"):
+        assert opt in out
+
+
+def test_version() -> None:
+    r = run("--version")
+    assert r.exit_code == 0 and __version__ in r.stdout
+
+
+def test_exit_code_constants() -> None:
+    assert (exitcodes.VALID, exitcodes.INVALID, exitcodes.UNKNOWN, exitcodes.INTERRUPTED,
+            exitcodes.BAD_INPUT, exitcodes.INTERNAL) == (0, 1, 2, 130, 254, 255)
+    assert exitcodes.for_verdict(True) == 0
+    assert exitcodes.for_verdict(False) == 1
+    assert exitcodes.for_verdict("unknown") == 2
+    assert exitcodes.merge_valid([True, "unknown", False]) is False
+    assert exitcodes.merge_valid([True, "unknown"]) == "unknown"
+    assert exitcodes.merge_valid([True, True]) is True
+
+
+# -- usage errors: 254 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["no-such-command"], ["check"], ["test", "--keys", "x"],
+                                  ["test", "--no-such-option"], ["check", "--timeout", "x", "f"]])
+def test_usage_errors_exit_254(args: list[str]) -> None:
+    r = run(*args)
+    assert r.exit_code == exitcodes.BAD_INPUT, r.output
+    assert "Traceback" not in r.output
+
+
+# -- `test` rejects bad options before touching the machine ------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--backend", "etcd9"], "unknown backend 'etcd9'"),
+    (["--nemesis", "chaos"], "unknown nemesis 'chaos'"),
+    (["--nemesis", "none,kill"], "cannot be combined"),
+    (["--hold-ms", "soon"], "--hold-ms must be milliseconds"),
+    (["--hold-ms", "500-50"], "--hold-ms range '500-50'"),
+    (["--workload", "queue"], "unknown workload 'queue'"),
+    (["--resource", "maybe"], "unknown resource mode 'maybe'"),
+    (["--concurrency", "0"], "--concurrency must be at least 1"),
+    (["--time-limit", "0"], "--time-limit must be positive"),
+    (["--test-count", "0"], "--test-count must be at least 1"),
+])
+def test_test_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+    results = tmp_path / "results"
+    r = run("test", *args, "--results-dir", results)
+    assert r.exit_code == exitcodes.BAD_INPUT, r.output
+    assert message in one_error_line(r)
+    assert not results.exists()  # nothing was started, nothing recorded
+
+
+# -- `check` ----------------------------------------------------------------------------
+
+
+def test_check_valid_history(valid_history: Path) -> None:
+    r = run("check", valid_history)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"{valid_history}: valid ")
+    assert "2 critical sections" in r.stdout
+
+
+def test_check_invalid_history(invalid_history: Path) -> None:
+    r = run("check", invalid_history)
+    assert r.exit_code == 1, r.output
+    assert f"{invalid_history}: INVALID" in r.stdout
+    assert "1 overlapping critical section" in r.stdout
+
+
+def test_check_json_names_the_overlap(invalid_history: Path) -> None:
+    r = run("check", "--json", invalid_history)
+    assert r.exit_code == 1
+    [line] = r.stdout.splitlines()
+    d = json.loads(line)
+    assert d["valid"] is False and d["path"] == str(invalid_history)
+    me = d["checkers"]["mutual-exclusion"]
+    assert me["violation_count"] == 1
+    assert me["violations"][0]["processes"] == [0, 1]
+    assert me["violations"][0]["key"] == "k"
+
+
+def test_check_several_paths_merges_verdicts(valid_history: Path, invalid_history: Path) -> None:
+    r = run("check", "--json", valid_history, invalid_history, valid_history)
+    assert r.exit_code == 1
+    assert [json.loads(x)["valid"] for x in r.stdout.splitlines()] == [True, False, True]
+    assert run("check", valid_history, valid_history).exit_code == 0
+
+
+def test_check_run_directory_uses_its_test_json(tmp_path: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    rows = section(0, 1, 1_000, 5_000) + section(1, 2, 2_000, 4_000)
+    history(d, "history.jsonl", rows)
+    (d / "test.json").write_text(json.dumps({"workload": "fenced", "resource": "fenced"}))
+    r = run("check", "--json", d)
+    d_out = json.loads(r.stdout)
+    assert d_out["workload"] == "fenced"
+    # the fenced workload judges the resource; no write reached it, so it is not invalid
+    assert d_out["valid"] is not False and r.exit_code != 1
+
+
+def test_check_empty_history_is_valid(tmp_path: Path) -> None:
+    p = tmp_path / "h.jsonl"
+    p.write_text("")
+    assert run("check", p).exit_code == 0
+
+
+def test_check_malformed_line_names_file_and_line(tmp_path: Path, valid_history: Path) -> None:
+    lines = valid_history.read_text().splitlines(keepends=True)
+    lines[3] = '{"index": 3, "time": oops}\n'
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(lines))
+    r = run("check", bad)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert one_error_line(r).startswith(f"lockcheck: {bad}:4: not valid JSON")
+
+
+def test_check_truncated_last_line(tmp_path: Path, valid_history: Path) -> None:
+    text = valid_history.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[: len(text) - 20])  # the last line loses its end
+    n_lines = text.count("\n")
+    r = run("check", cut)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert one_error_line(r).startswith(f"lockcheck: {cut}:{n_lines}: truncated")
+    r = run("check", "--allow-truncated", "--json", cut)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["truncated_line"] == n_lines and d["ops"] == n_lines - 1
+
+
+def test_check_nonexistent_path(tmp_path: Path) -> None:
+    r = run("check", tmp_path / "nope")
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert one_error_line(r) == f"lockcheck: {tmp_path / 'nope'}: no such file or directory"
+
+
+def test_check_directory_without_history(tmp_path: Path) -> None:
+    r = run("check", tmp_path)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "not a run directory" in one_error_line(r)
+
+
+def test_check_bad_test_json(tmp_path: Path, valid_history: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "history.jsonl").write_text(valid_history.read_text())
+    (d / "test.json").write_text("{")
+    r = run("check", d)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "test.json: not valid JSON" in one_error_line(r)
+
+
+def test_check_unknown_format(valid_history: Path) -> None:
+    r = run("check", "--format", "weird", valid_history)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "unknown format 'weird'" in one_error_line(r)
+
+
+def test_unknown_checker_in_test_json_is_bad_input(tmp_path: Path, valid_history: Path) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "history.jsonl").write_text(valid_history.read_text())
+    (d / "test.json").write_text(json.dumps({"checkers": ["no-such-checker"]}))
+    r = run("check", d)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "unknown checker(s) no-such-checker" in one_error_line(r)
+
+
+# -- internal errors: 255 with a traceback ----------------------------------------------
+
+
+def test_internal_error_exits_255(monkeypatch: pytest.MonkeyPatch, valid_history: Path) -> None:
+    import lockcheck.checker.analyze as analyze
+
+    def boom(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(analyze, "check_path", boom)
+    r = run("check", valid_history)
+    assert r.exit_code == exitcodes.INTERNAL
+    assert r.stderr.strip().splitlines()[-1] == "lockcheck: internal error: RuntimeError: kaboom"
+    assert "Traceback" in r.stderr
+
+
+def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                      valid_history: Path) -> None:
+    import lockcheck.checker.analyze as analyze
+
+    def interrupted(*a: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analyze, "check_path", interrupted)
+    r = run("check", valid_history)
+    assert r.exit_code == exitcodes.INTERRUPTED
+    assert one_error_line(r) in ("lockcheck: interrupted", "lockcheck: aborted")
+
+
+# -- commands that need root say so -------------------------------------------------------
+
+
+def test_cluster_down_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lockcheck.preflight as preflight
+
+    monkeypatch.setattr(preflight, "is_root", lambda: False)
+    r = run("cluster", "down")
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "needs root" in one_error_line(r)
+
+
+def test_cluster_status_with_no_clusters(monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
+    import lockcheck.cluster.state as state
+
+    monkeypatch.setattr(state, "DEFAULT_STATE_DIR", tmp_path / "none")
+    monkeypatch.setattr(state.Registry.__init__, "__defaults__", (tmp_path / "none",))
+    r = run("cluster", "status")
+    assert r.exit_code == 0
+    assert r.stdout.strip() == "no lockcheck clusters"
