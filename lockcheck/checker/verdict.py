@@ -7,7 +7,8 @@
   decide (they are why fencing exists). No fencing result means "unknown".
 
 In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
-unless another is False; in `fenced`, only the fencing checker can. No checker results at all is "unknown".
+unless another is False; in `fenced`, only the fencing checker can. No checker
+results at all is "unknown".
 """
 
 from __future__ import annotations
