@@ -475,3 +475,22 @@ def test_random_kv_histories_match_brute_force() -> None:
             assert check_events(m, to_events(ops)) is want, ops
         counts[want] += 1
     assert counts[OK] > 50 and counts[ILLEGAL] > 50
+
+
+def test_long_history_scales_linearly() -> None:
+    # 30,000 ops, 3 clients overlapping their neighbours; a quadratic bitset would take
+    # many seconds here
+    ops = []
+    for i in range(30_000):
+        t = 10 * i
+        if i % 3 == 2:
+            ops.append(R(i % 3, t, t + 15, i - 1))
+        else:
+            ops.append(W(i % 3, t, t + 15, i))
+    t0 = time.monotonic()
+    assert check_operations(register(-1), ops, timeout=60) is OK
+    bad = [*ops, R(0, 10 * 30_000 + 100, 10 * 30_000 + 101, 12345)]
+    assert check_operations(register(-1), bad, timeout=60) is ILLEGAL
+    crashed = [W(0, 5, INF, -7), *ops]  # a crashed op pending through all of it
+    assert check_operations(register(-1), crashed, timeout=60) is OK
+    assert time.monotonic() - t0 < 10
