@@ -1,0 +1,350 @@
+"""Benchmark: the `linearizable` checker (fenced-mutex) on a large lock history.
+
+    python benchmarks/bench_locks.py                 # generate, then check in subprocesses
+    python benchmarks/bench_locks.py --ops 20000     # smaller
+    python benchmarks/bench_locks.py --search-timeout 120
+
+It simulates a lease lock service with TTLs (10 keys, 20 clients by default) and
+writes a lockcheck `history.jsonl` of N operations (an invoke plus its completion
+each): acquires (ok, or failed because the lock is busy), renews, releases, crashed
+ops (`info`, after which the process id is retired), and clients that stall past
+their TTL so that their lease expires without a release. The service applies every op
+at one instant, so the history is linearizable.
+
+Each check runs in a fresh subprocess, which reports its own wall time and peak RSS
+(`ru_maxrss`):
+
+* `fenced`: the history as generated, fast path on (the target: < 10 s, < 1 GB);
+* `fenced-search`: the same, fast path off (search only), with a timeout;
+* `nofence`: the same history with every fence removed, so only the search can check
+  it, with a timeout;
+* `lease-safety`: the lease-safety checker on the fenced history, for scale;
+* `fenced-bad`, `fenced-bad-search`: the fenced history with two consecutive grants of
+  one key swapping their fences (a fence-order bug), with and without the fast path.
+
+The load average is printed before and after: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MS = 1_000_000
+
+
+@dataclass
+class _Lease:
+    holder: int | None = None
+    fence: int = 0
+    expires: int = 0
+    granted: int = 0
+
+
+@dataclass
+class _Client:
+    worker: int
+    process: int
+    key: str = ""
+    fence: int | None = None  # the lease it believes it holds
+    renews_left: int = 0
+
+
+@dataclass(order=True)
+class _Ev:
+    time: int
+    seq: int
+    kind: str = field(compare=False)  # "start", "apply", "complete"
+    client: _Client = field(compare=False)
+    op: dict[str, Any] = field(compare=False, default_factory=dict)
+
+
+def generate(
+    path: Path, *, ops: int, keys: int, clients: int, ttl_ms: int, seed: int
+) -> dict[str, int]:
+    """Write a linearizable lockcheck history of `ops` operations; return counts."""
+    rng = random.Random(seed)
+    names = [f"k{n}" for n in range(keys)]
+    leases = {k: _Lease() for k in names}
+    ttl = ttl_ms * MS
+    heap: list[_Ev] = []
+    seq = 0
+    lines: list[tuple[int, int, dict[str, Any]]] = []  # (time, seq, record)
+    counts: dict[str, int] = {}
+    started = 0
+
+    def push(t: int, kind: str, c: _Client, op: dict[str, Any] | None = None) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, _Ev(t, seq, kind, c, op or {}))
+
+    def record(t: int, c: _Client, typ: str, f: str, value: Any, error: str | None) -> None:
+        nonlocal seq
+        seq += 1
+        rec: dict[str, Any] = {
+            "time": t,
+            "process": c.process,
+            "type": typ,
+            "f": f,
+            "key": c.key,
+            "value": value,
+        }
+        if error:
+            rec["error"] = error
+        rec["worker"] = c.worker
+        lines.append((t, seq, rec))
+
+    for w in range(clients):
+        push(rng.randint(0, 5 * MS), "start", _Client(w, w))
+
+    while heap:
+        ev = heapq.heappop(heap)
+        c, t = ev.client, ev.time
+        if ev.kind == "start":
+            if started >= ops:
+                continue
+            started += 1
+            args: dict[str, Any]
+            if c.fence is None:
+                c.key = rng.choice(names)
+                f, args = "acquire", {"ttl_ms": ttl_ms}
+            elif c.renews_left > 0:
+                c.renews_left -= 1
+                f, args = "renew", {"ttl_ms": ttl_ms, "fence": c.fence}
+            else:
+                f, args = "release", {"fence": c.fence}
+            record(t, c, "invoke", f, args, None)
+            crash = rng.random() < (0.003 if f == "renew" else 0.01)
+            applies = not crash or rng.random() < 0.5
+            t_apply = t + rng.randint(MS // 10, 2 * MS)
+            op: dict[str, Any] = {"f": f, "crash": crash}
+            if applies:
+                push(t_apply, "apply", c, op)
+            if crash:
+                # the client gives up after a timeout, whatever happened
+                push(t + 50 * MS, "complete", c, op)
+            continue
+        if ev.kind == "apply":
+            op = ev.op
+            lease = leases[c.key]
+            f = op["f"]
+            live = lease.holder is not None and lease.expires > t
+            if f == "acquire":
+                if not live:
+                    lease.fence += rng.choice((1, 1, 1, 2))
+                    lease.holder, lease.expires = c.process, t + ttl
+                    op["result"] = ("ok", {"fence": lease.fence}, None)
+                else:
+                    op["result"] = ("fail", None, "busy")
+            else:
+                mine = live and lease.holder == c.process and lease.fence == c.fence
+                if mine and f == "renew":
+                    lease.expires = t + ttl
+                    op["result"] = ("ok", {"fence": c.fence}, None)
+                elif mine:
+                    lease.holder = None
+                    op["result"] = ("ok", {"fence": c.fence}, None)
+                else:
+                    op["result"] = ("fail", {"fence": c.fence}, "not-owner")
+            if not op["crash"]:
+                push(t + rng.randint(MS // 10, 2 * MS), "complete", c, op)
+            continue
+        # complete
+        op = ev.op
+        f = op["f"]
+        value: Any
+        if op["crash"]:
+            typ, value, error = "info", None, "timeout"
+        else:
+            typ, value, error = op["result"]
+        record(t, c, typ, f, value, error)
+        counts[f"{f}:{typ}"] = counts.get(f"{f}:{typ}", 0) + 1
+        pause = rng.randint(MS // 2, 5 * MS)
+        if typ == "info" and f in ("acquire", "release"):
+            c.process += clients  # retire the id, as Jepsen does
+            c.fence = None
+        elif f == "acquire" and typ == "ok":
+            c.fence = value["fence"]
+            c.renews_left = rng.choice((0, 0, 1, 1, 2, 3))
+            if rng.random() < 0.01:  # the client stalls past its TTL
+                pause = ttl + rng.randint(MS, 20 * MS)
+            else:
+                pause = rng.randint(MS, ttl // 4)
+        elif f == "renew":
+            if typ == "fail":
+                c.renews_left = 0  # lost the lease: release (it will be refused)
+            pause = rng.randint(MS, ttl // 4)
+        elif f == "release":
+            c.fence = None
+        elif f == "acquire" and typ == "fail":
+            pause = rng.randint(20 * MS, 120 * MS)  # busy: back off
+        push(t + pause, "start", c)
+
+    lines.sort(key=lambda x: (x[0], x[1]))
+    with path.open("w", encoding="utf-8") as fh:
+        for n, (_, _, rec) in enumerate(lines):
+            fh.write(json.dumps({"index": n, **rec}) + "\n")
+    counts["operations"] = started
+    counts["lines"] = len(lines)
+    return counts
+
+
+def strip_fences(src: Path, dst: Path) -> None:
+    """The same history as if the service issued no fences."""
+    with src.open(encoding="utf-8") as fin, dst.open("w", encoding="utf-8") as fout:
+        for line in fin:
+            d = json.loads(line)
+            if isinstance(d.get("value"), dict) and "fence" in d["value"]:
+                d["value"]["fence"] = None
+            fout.write(json.dumps(d) + "\n")
+
+
+def swap_fences(src: Path, dst: Path, key: str = "k0", nth: int = 1000) -> tuple[int, int]:
+    """The same history with a fence-order bug: on `key`, the `nth` and `nth + 1`-th
+    grants swap their fences (and so do the renews and releases naming them)."""
+    grants: list[int] = []
+    with src.open(encoding="utf-8") as fin:
+        for line in fin:
+            d = json.loads(line)
+            if d["key"] == key and d["f"] == "acquire" and d["type"] == "ok":
+                grants.append(d["value"]["fence"])
+    a, b = grants[min(nth, len(grants) - 2)], grants[min(nth, len(grants) - 2) + 1]
+    swap = {a: b, b: a}
+    with src.open(encoding="utf-8") as fin, dst.open("w", encoding="utf-8") as fout:
+        for line in fin:
+            d = json.loads(line)
+            v = d.get("value")
+            if d["key"] == key and isinstance(v, dict) and v.get("fence") in swap:
+                v["fence"] = swap[v["fence"]]
+            fout.write(json.dumps(d) + "\n")
+    return a, b
+
+
+def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dict[str, Any]:
+    """Run in the subprocess: read, check, report time and peak memory."""
+    from lockcheck.checker.api import CheckOptions
+    from lockcheck.checker.lease_safety import check_lease_safety
+    from lockcheck.checker.linearizable import check_linearizable
+    from lockcheck.history import read_history
+
+    t0 = time.perf_counter()
+    ops = read_history(path)
+    t1 = time.perf_counter()
+    if lease:
+        ls = check_lease_safety(ops, CheckOptions())
+        return {
+            "read_s": round(t1 - t0, 2),
+            "check_s": round(time.perf_counter() - t1, 2),
+            "valid": ls["valid"],
+            "certificates": ls["certificates"],
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    r = check_linearizable(ops, CheckOptions(timeout_s=timeout, extra={"fast_path": fast}))
+    t2 = time.perf_counter()
+    return {
+        "read_s": round(t1 - t0, 2),
+        "check_s": round(t2 - t1, 2),
+        "valid": r["valid"],
+        "path": r["path"],
+        "note": r.get("note", ""),
+        "bad_key": r.get("key"),
+        "keys_ok": sum(1 for k in r["keys"].values() if k["result"] == "ok"),
+        "keys": len(r["keys"]),
+        "cache_entries": r.get("search_cache_entries"),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def run_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", str(path), "--fast", str(int(fast))]
+    if lease:
+        cmd.append("--lease")
+    if timeout is not None:
+        cmd += ["--timeout", str(timeout)]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        return {"error": out.stderr.strip()[-2000:], "wall_s": round(wall, 2)}
+    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    res["wall_s"] = round(wall, 2)
+    return res
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--keys", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--ttl-ms", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--search-timeout", type=float, default=60.0)
+    ap.add_argument("--skip", default="", help="comma-separated runs to skip")
+    ap.add_argument("--dir", type=Path, default=None, help="keep the histories here")
+    ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--fast", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--lease", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(check_child(args.child, args.timeout, bool(args.fast), args.lease)))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.dir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        fenced, nofence = d / "fenced.jsonl", d / "nofence.jsonl"
+        print(f"before: {_load()}")
+        t0 = time.perf_counter()
+        counts = generate(
+            fenced,
+            ops=args.ops,
+            keys=args.keys,
+            clients=args.clients,
+            ttl_ms=args.ttl_ms,
+            seed=args.seed,
+        )
+        strip_fences(fenced, nofence)
+        bad = d / "fenced-bad.jsonl"
+        swapped = swap_fences(fenced, bad)
+        size = fenced.stat().st_size / 1e6
+        print(f"generated in {time.perf_counter() - t0:.1f} s: {size:.1f} MB, {counts}")
+        print(f"fenced-bad: fences {swapped} of key k0 swapped")
+        skip = set(args.skip.split(","))
+        runs = [
+            ("fenced", fenced, None, True, False),
+            ("fenced-search", fenced, args.search_timeout, False, False),
+            ("nofence", nofence, args.search_timeout, True, False),
+            ("lease-safety", fenced, None, True, True),
+            ("fenced-bad", bad, None, True, False),
+            ("fenced-bad-search", bad, args.search_timeout, False, False),
+        ]
+        for name, p, timeout, fast, lease in runs:
+            if name in skip:
+                continue
+            res = run_child(p, timeout, fast, lease)
+            print(f"{name}: {json.dumps(res)}")
+            print(f"  {_load()}")
+
+
+if __name__ == "__main__":
+    main()
