@@ -115,6 +115,9 @@ def test(**o: Any) -> int:
         outcome = run_test(spec)
         if outcome.interrupted:
             return exitcodes.INTERRUPTED
+        if outcome.failure is not None and outcome.valid is not False:
+            fail(f"the run failed: {outcome.failure}; what was recorded is in "
+                 f"{outcome.run_dir}", exitcodes.INTERNAL)
         code = exitcodes.for_verdict(outcome.valid)
         worst = code if worst == exitcodes.VALID or code == exitcodes.INVALID else worst
         if code == exitcodes.INVALID:

@@ -51,6 +51,7 @@ class RunOutcome:
     results: dict[str, Any]
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
+    failure: str | None = None  # the harness itself failed mid-run (the history is kept)
 
 
 @contextlib.contextmanager
@@ -189,6 +190,7 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
     schedule: NemesisSchedule | None = None
     resource: ResourceServer | None = None
     interrupted = False
+    failure: str | None = None
     errors: list[str] = []
     rng = random.Random(spec.seed)
     out.write(f"lockcheck {spec.name}: {spec.nodes} node(s), {spec.concurrency} clients, "
@@ -250,6 +252,10 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
                             force=True)
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as e:
+        # the evidence so far is still checked and kept; the CLI reports the failure
+        log.exception("run failed")
+        failure = f"{type(e).__name__}: {e}"
     finally:
         progress.done()
         with no_interrupts():
@@ -258,8 +264,13 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
         out.write("interrupted: faults healed, cluster removed; checking what was recorded\n")
     read = read_history_full(run_dir / store.HISTORY, allow_truncated=True)
     results = analyze(read.ops, test)
+    errors += worker_exit_problems(workers)
+    if failure is not None:
+        results["failure"] = failure
+        if results["valid"] is True:
+            results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
     results["interrupted"] = interrupted
-    results["teardown_errors"] = errors
+    results["errors"] = errors
     results["stats"] = {"ops": len(read.ops), "by_type": stats.by_type,
                         "faults": schedule.faults if schedule else 0,
                         "saves": stats.saves}
@@ -271,7 +282,22 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
         where = ", ".join(f"{s.node.name} {s.address}:{s.port}" for s in services)
         out.write(f"cluster {cluster.run_id} left running ({where}); remove it with: "
                   "lockcheck cluster down\n")
-    return RunOutcome(run_dir, results["valid"], results, interrupted, errors)
+    for problem in errors:
+        out.write(f"warning: {problem}\n")
+    return RunOutcome(run_dir, results["valid"], results, interrupted, errors, failure)
+
+
+def worker_exit_problems(workers: list[WorkerHandle]) -> list[str]:
+    """Workers that crashed (not the ones teardown had to kill) are worth a warning."""
+    problems = []
+    for w in workers:
+        code = w.daemon.popen.returncode if w.daemon.popen is not None else None
+        if code not in (None, 0, -signal.SIGKILL):
+            problems.append(f"worker {w.daemon.node} exited with code {code}; see "
+                            f"workers/{w.daemon.node}.log")
+        if w.bad_lines:
+            problems.append(f"worker {w.daemon.node} wrote {w.bad_lines} unreadable lines")
+    return problems
 
 
 def teardown(spec: TestSpec, cluster: LocalCluster, schedule: NemesisSchedule | None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from lockcheck.errors import BadInput
 
@@ -14,6 +14,8 @@ RESOURCES = ("fenced", "unfenced")
 
 @dataclass(frozen=True, kw_only=True)
 class TestSpec:
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
     backend: str = "redis"
     workload: str = "mutex"
     nemesis: tuple[str, ...] = ("partition",)

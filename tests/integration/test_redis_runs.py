@@ -71,7 +71,7 @@ def test_no_faults_is_valid(module_cli: Any, none_run: Any) -> None:
     assert res["valid"] is True
     me = res["checkers"]["mutual-exclusion"]
     assert me["violation_count"] == 0 and me["sections"] > 5
-    assert res["interrupted"] is False and res["teardown_errors"] == []
+    assert res["interrupted"] is False and res["errors"] == []
     assert "valid: " in none_run.stderr
     rid = run_id(none_run)
     # the watcher saw the registry while the run was up: redis and the 5 workers
