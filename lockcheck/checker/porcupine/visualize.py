@@ -264,7 +264,7 @@ function drawPartition(P) {
   const row = {};
   clients.forEach((c, k) => { row[c] = k; });
   const xmin = Math.min(...P.ops.map(o => o.s), P.end) - 100;
-  const W = Math.max(600, (P.end - xmin) / 100 * 28 + 120), RH = 22, LM = 70;
+  const W = Math.max(600, (P.end - xmin) / 100 * 44 + 120), RH = 22, LM = 70;
   const X = t => LM + (t - xmin) / (P.end - xmin) * (W - LM - 20);
   const svg = sv("svg", {width: W, height: clients.length * RH + 30});
   const box = el("div", {class: "box"});
@@ -303,10 +303,14 @@ function drawPartition(P) {
       if (j !== undefined && sel) { sel.value = j; draw(j, k); }
     });
     svg.appendChild(r);
-    const tx = sv("text", {x: X(o.s) + 3, y: y + RH - 10});
-    tx.textContent = o.d.length > 40 ? o.d.slice(0, 39) + "\u2026" : o.d;
-    tx.style.pointerEvents = "none";
-    svg.appendChild(tx);
+    // the label stays inside its bar (about 6.2 px a character); the tooltip has it all
+    const room = Math.floor((X(o.e) - X(o.s) - 6) / 6.2);
+    if (room >= 3) {
+      const tx = sv("text", {x: X(o.s) + 3, y: y + RH - 10});
+      tx.textContent = o.d.length > room ? o.d.slice(0, room - 1) + "\u2026" : o.d;
+      tx.style.pointerEvents = "none";
+      svg.appendChild(tx);
+    }
     return r;
   });
   const layer = sv("g", {});
