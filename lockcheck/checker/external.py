@@ -311,6 +311,8 @@ def check_external(
         result.update(_engine_check(path, fmt, model, ops, timeout, html_dir, stem))
     if "summary" in result.get("details", {}):
         result["summary"] = result["details"]["summary"]
+    elif result.get("valid") is True:
+        result["summary"] = f"no violation of {result.get('model', model)}"
     result["elapsed_s"] = round(time.monotonic() - t0, 4)
     return result
 
@@ -378,5 +380,8 @@ def _engine_check(
                 details["html_note"] = f"no timeline: {e}"
     elif res is CheckResult.UNKNOWN:
         details["summary"] = f"not fully checked: {info.note}"
+    else:
+        details["summary"] = (f"linearizable as {model_name} ({count} ops in "
+                              f"{len(info.partitions)} partition(s))")
     out["details"] = details
     return out
