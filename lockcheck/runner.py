@@ -275,6 +275,9 @@ def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> Run
                         "faults": schedule.faults if schedule else 0,
                         "saves": stats.saves}
     store.write_json(run_dir / store.RESULTS, results)
+    bt = stats.by_type
+    out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, {bt.get('fail', 0)} fail, "
+              f"{bt.get('info', 0)} info; {results['stats']['faults']} fault(s) injected\n\n")
     out.write(summary_table(results) + "\n\n")
     out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
     out.write(f"results: {run_dir}\n")

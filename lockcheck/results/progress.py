@@ -116,6 +116,12 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
         return (f"{resource}: {r.get('stale_accepted_count', 0)} stale accepted, "
                 f"{r.get('saves', 0)} saves; tokens: {r.get('duplicate_fence_count', 0)} dup, "
                 f"{r.get('regression_count', 0)} regressions")
+    if name == "lease-safety" and "certificates" in r:
+        return (f"{r.get('violation_count', 0)} grants while a lease was provably valid "
+                f"({r['certificates']} leases)")
+    if name == "linearizable" and "model" in r:
+        return (f"{r.get('model')}: {r.get('ops', 0)} ops, {r.get('fast_path_keys', 0)} keys by "
+                f"fences, {r.get('searched_keys', 0)} by search")
     for k in ("summary", "note", "message"):
         if k in r:
             return str(r[k])[:70]
