@@ -163,7 +163,8 @@ def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
     cleaned = cleanup_leftovers(registry)
     if cleaned:
         out.write(f"cleaned up leftovers of earlier runs: {', '.join(cleaned)}\n")
-    results_root = Path(spec.results_dir)
+    # absolute: servers chdir into their data dirs, and their log paths must still hold
+    results_root = Path(spec.results_dir).resolve()
     run_dir = store.new_run_dir(results_root, spec.name)
     handler = setup_logging(run_dir)
     try:

@@ -72,9 +72,13 @@ class RedisService:
         return args
 
     def start(self, timeout: float = 10.0) -> None:
+        self.workdir = self.workdir.resolve()
+        self.log_path = self.log_path.resolve()  # redis chdirs to --dir before opening it
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.daemon = self.node.spawn(f"redis-{self.node.name}", self.argv())
+        # what redis prints before its log file is open (a bad option, say) goes here
+        self.daemon = self.node.spawn(f"redis-{self.node.name}", self.argv(),
+                                      log_path=self.stderr_path)
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float = 10.0) -> None:
@@ -88,11 +92,18 @@ class RedisService:
         tail = self.log_tail()
         raise RuntimeError(f"redis on {self.node.name} did not become ready; log tail:\n{tail}")
 
+    @property
+    def stderr_path(self) -> Path:
+        return self.log_path.with_name(self.log_path.stem + ".stderr.log")
+
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        out = []
+        for p in (self.log_path, self.stderr_path):
+            try:
+                out += p.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+        return "\n".join(out) or "(no log)"
 
     def kill(self) -> None:
         if self.daemon is not None:
