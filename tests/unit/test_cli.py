@@ -197,10 +197,13 @@ def test_check_run_directory_uses_its_test_json(tmp_path: Path) -> None:
     assert d_out["valid"] is not False and r.exit_code != 1
 
 
-def test_check_empty_history_is_valid(tmp_path: Path) -> None:
+def test_check_empty_history_is_unknown(tmp_path: Path) -> None:
+    # a history in which no lock was ever held tested nothing: not a pass
     p = tmp_path / "h.jsonl"
     p.write_text("")
-    assert run("check", p).exit_code == 0
+    r = run("check", p)
+    assert r.exit_code == exitcodes.UNKNOWN
+    assert "nothing was tested" in r.output
 
 
 def test_check_malformed_line_names_file_and_line(tmp_path: Path, valid_history: Path) -> None:
