@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 Process = int | str  # an int for clients, "nemesis" for faults
 
-_KNOWN = frozenset({"index", "time", "process", "type", "f", "key", "value", "error"})
+_KNOWN = frozenset({"index", "time", "process", "type", "f", "key", "value", "error", "worker"})
 _NO_EXTRA: dict[str, Any] = {}  # shared and never mutated: most lines have no extra fields
 TYPES = frozenset({"invoke", "ok", "fail", "info", "event"})
 COMPLETIONS = frozenset({"ok", "fail", "info"})
@@ -30,9 +30,13 @@ class HistoryError(ValueError):
         self.line = line
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Op:
-    """One line of the history."""
+    """One line of the history. Treat it as read-only.
+
+    Not a frozen dataclass on purpose: a frozen init costs several times more, and
+    histories of millions of lines are read (docs/benchmarks-locks.md).
+    """
 
     process: Process
     type: str
@@ -42,6 +46,7 @@ class Op:
     time: int = 0
     index: int = -1
     error: str | None = None
+    worker: int | None = None  # the OS-level worker that ran the process, if recorded
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -56,6 +61,8 @@ class Op:
         }
         if self.error is not None:
             d["error"] = self.error
+        if self.worker is not None:
+            d["worker"] = self.worker
         d.update(self.extra)
         return d
 
@@ -77,11 +84,12 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
         index, time, process, typ, f = d["index"], d["time"], d["process"], d["type"], d["f"]
     except KeyError as e:
         raise HistoryError(path, line, f"missing field {e.args[0]!r}") from None
-    if not isinstance(index, int) or isinstance(index, bool):
+    # `type(x) is int` is exact on purpose: it is fast, and it refuses booleans
+    if type(index) is not int:
         raise HistoryError(path, line, "'index' must be an integer")
-    if not isinstance(time, int) or isinstance(time, bool):
+    if type(time) is not int:
         raise HistoryError(path, line, "'time' must be an integer (nanoseconds)")
-    if not (isinstance(process, (int, str)) and not isinstance(process, bool)):
+    if type(process) is not int and type(process) is not str:
         raise HistoryError(path, line, "'process' must be an integer or a string")
     if typ not in TYPES:
         raise HistoryError(path, line, f"unknown type {typ!r}")
@@ -91,6 +99,7 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
     if key is not None and not isinstance(key, str):
         raise HistoryError(path, line, "'key' must be a string or null")
     error = d.get("error")
+    worker = d.get("worker")
     extra = _NO_EXTRA if d.keys() <= _KNOWN else {k: v for k, v in d.items() if k not in _KNOWN}
     return Op(
         process=process,
@@ -101,6 +110,7 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
         time=time,
         index=index,
         error=error if isinstance(error, str) else None,
+        worker=worker if type(worker) is int else None,
         extra=extra,
     )
 
@@ -109,6 +119,9 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
 class ReadResult:
     ops: list[Op]
     truncated_line: int | None  # line number of an incomplete last line, if any
+
+
+_decode = json.JSONDecoder().raw_decode  # skips json.loads' per-call wrapper
 
 
 def read_history_lines(
@@ -122,7 +135,10 @@ def read_history_lines(
             continue
         complete = raw.endswith("\n")
         try:
-            d = json.loads(raw)
+            text = raw.strip()
+            d, end = _decode(text)
+            if end != len(text):
+                raise json.JSONDecodeError("extra data after the object", raw, end)
         except json.JSONDecodeError as e:
             if not complete:
                 if allow_truncated:

@@ -39,8 +39,7 @@ class Section:
 
 
 def _worker(op: Op) -> int | None:
-    w = op.extra.get("worker")
-    return w if isinstance(w, int) and not isinstance(w, bool) else None
+    return op.worker
 
 
 def _reason(op: Op) -> str | None:

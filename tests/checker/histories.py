@@ -236,7 +236,6 @@ class H:
     def ops(self, *, sort: bool = True) -> list[Op]:
         out = []
         for r in self.rows(sort=sort):
-            extra = {"worker": r["worker"]} if "worker" in r else {}
             out.append(
                 Op(
                     process=r["process"],
@@ -247,7 +246,7 @@ class H:
                     time=r["time"],
                     index=r["index"],
                     error=r.get("error"),
-                    extra=extra,
+                    worker=r.get("worker"),
                 )
             )
         return out

@@ -228,7 +228,7 @@ def test_history_is_readable_and_complete(none_run: Any) -> None:
     # each process's records are in time order; every record names its worker
     last: dict[Any, int] = {}
     for o in ops:
-        assert o.extra.get("worker") in range(5)
+        assert o.worker in range(5)
         assert o.time >= last.get(o.process, 0)
         last[o.process] = o.time
 

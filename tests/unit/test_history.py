@@ -53,8 +53,8 @@ def test_documented_example_reads_and_pairs(tmp_path: Path) -> None:
     ops = read_history(write(tmp_path, doc_example()))
     assert [o.index for o in ops] == list(range(len(ops)))
     assert ops[0] == Op(process=0, type="invoke", f="acquire", key="k1",
-                        value={"ttl_ms": 2000}, time=1204331, index=0)
-    assert ops[0].extra == {"worker": 0}
+                        value={"ttl_ms": 2000}, time=1204331, index=0, worker=0)
+    assert ops[0].worker == 0 and ops[0].extra == {}
     assert ops[1].fence == 1
     nem = [o for o in ops if o.process == "nemesis"]
     assert [o.type for o in nem] == ["invoke", "info"] and nem[1].value == {"nodes": ["n1"]}
@@ -74,7 +74,7 @@ def test_writer_assigns_indexes_keeps_field_order_and_flushes(tmp_path: Path) ->
                   "value": {"ttl_ms": 100}, "worker": 1, "index": 99})
     assert d["type"] == "invoke"  # what the writer returns goes on to LiveStats
     w.append(Op(process=1, type="ok", f="acquire", key="k0", value={"fence": 3}, time=7,
-                extra={"worker": 1}))
+                worker=1))
     # readable while the writer is still open: every line is flushed
     text = p.read_text()
     assert text.endswith("\n") and len(text.splitlines()) == 2
@@ -82,7 +82,7 @@ def test_writer_assigns_indexes_keeps_field_order_and_flushes(tmp_path: Path) ->
     assert first.startswith('{"index": 0, "time": 5, "process": 1, ')
     ops = read_history(p)
     assert [o.index for o in ops] == [0, 1]
-    assert ops[1].fence == 3 and ops[1].extra == {"worker": 1}
+    assert ops[1].fence == 3 and ops[1].worker == 1
     assert len(w) == 2 and w.counts == {"invoke": 1, "ok": 1}
     w.close()
     w.close()  # idempotent
@@ -234,7 +234,7 @@ def test_op_from_json_defaults() -> None:
 
 def test_to_json_round_trips_through_op_from_json() -> None:
     op = Op(process=3, type="fail", f="release", key="k2", value={"fence": 4}, time=10,
-            index=2, error="not-owner", extra={"worker": 0})
+            index=2, error="not-owner", worker=0, extra={"note": "kept"})
     assert op_from_json(json.loads(json.dumps(op.to_json()))) == op
     assert "error" not in Op(process=0, type="ok", f="x").to_json()
 
