@@ -36,9 +36,11 @@ class Group(click.Group):
             fail("aborted", exitcodes.INTERRUPTED)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
+        except click.UsageError as e:
+            where = f" (see: {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            fail(f"{e.format_message()}{where}")
         except click.ClickException as e:
-            e.show()
-            sys.exit(exitcodes.BAD_INPUT)
+            fail(e.format_message())
         except (BadInput, HistoryError) as e:
             fail(str(e))
         except KeyboardInterrupt:
