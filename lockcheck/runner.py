@@ -28,6 +28,7 @@ from lockcheck.cluster.netns import LocalCluster, cleanup_leftovers, pick_subnet
 from lockcheck.cluster.node import Daemon
 from lockcheck.cluster.redis import RedisService, redis_version
 from lockcheck.cluster.state import Registry
+from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
 from lockcheck.locks.backends import BACKENDS, key_names
 from lockcheck.nemesis.api import Nemesis
@@ -165,7 +166,11 @@ def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
         out.write(f"cleaned up leftovers of earlier runs: {', '.join(cleaned)}\n")
     # absolute: servers chdir into their data dirs, and their log paths must still hold
     results_root = Path(spec.results_dir).resolve()
-    run_dir = store.new_run_dir(results_root, spec.name)
+    try:
+        run_dir = store.new_run_dir(results_root, spec.name)
+    except OSError as e:
+        raise BadInput(f"cannot create the results folder under {results_root}: "
+                       f"{e.strerror or e}") from None
     handler = setup_logging(run_dir)
     try:
         return _run(spec, run_dir, out, registry)

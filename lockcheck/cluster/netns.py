@@ -171,17 +171,20 @@ class LocalCluster:
             raise BadInput(f"--nodes must be between 1 and {MAX_NODES}")
         if not 0 <= self.n_clients <= MAX_CLIENTS:
             raise BadInput(f"--concurrency must be between 1 and {MAX_CLIENTS}")
-        net = pick_subnet(self.subnet)
-        base = net.network_address
-        me = os.getpid()
-        self.state = RunState(
-            run_id=self.run_id, kind=self.kind, owner_pid=me, owner_start=pid_start_time(me),
-            subnet=str(net), bridge=self.bridge, workdir=str(self.workdir), created=time.time(),
-        )
-        self.registry.save(self.state)  # before creating anything: a crash stays findable
-        self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"{base + 1}/24", "dev", self.bridge)
+        # two runs starting at once must not pick the same free subnet
+        with self.registry.locked():
+            net = pick_subnet(self.subnet)
+            base = net.network_address
+            me = os.getpid()
+            self.state = RunState(
+                run_id=self.run_id, kind=self.kind, owner_pid=me,
+                owner_start=pid_start_time(me), subnet=str(net), bridge=self.bridge,
+                workdir=str(self.workdir), created=time.time(),
+            )
+            self.registry.save(self.state)  # before creating anything: a crash stays findable
+            self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{base + 1}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         specs = [(f"n{i + 1}", base + NODE_HOST_OFFSET + i) for i in range(self.n_nodes)]
         specs += [(f"c{i}", base + CLIENT_HOST_OFFSET + i) for i in range(self.n_clients)]

@@ -7,8 +7,11 @@ and PID as it creates them. `lockcheck cluster down` and the start of every
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +45,20 @@ class Registry:
 
     def path(self, run_id: str) -> Path:
         return self.dir / f"{run_id}.json"
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """An exclusive lock across lockcheck processes on this host.
+
+        flock on the registry folder itself, so no lock file is left behind.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def save(self, state: RunState) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

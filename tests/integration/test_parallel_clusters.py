@@ -1,0 +1,37 @@
+"""Runs started at the same moment get different subnets and names."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from lockcheck.cluster.netns import LocalCluster
+from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
+from tests.conftest import lockcheck_ids_on_host
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+
+def test_simultaneous_clusters_do_not_collide() -> None:
+    before = lockcheck_ids_on_host()
+    clusters = [LocalCluster(1, 1, Registry(DEFAULT_STATE_DIR)) for _ in range(4)]
+    gate = threading.Barrier(len(clusters))
+
+    def up(c: LocalCluster) -> None:
+        gate.wait()
+        c.up()
+
+    threads = [threading.Thread(target=up, args=(c,)) for c in clusters]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        subnets = [c.state.subnet for c in clusters if c.state is not None]
+        assert len(subnets) == 4 and len(set(subnets)) == 4, subnets
+        assert len({c.bridge for c in clusters}) == 4
+    finally:
+        for c in clusters:
+            c.down()
+    assert lockcheck_ids_on_host() <= before
