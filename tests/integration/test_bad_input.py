@@ -279,3 +279,14 @@ def test_not_root(cli: Any, world_dir: Path, args: list[str], message: str) -> N
     assert r.code == BAD_INPUT, r.explain()
     assert message in one_error_line(r)
     assert snapshot(results) == before
+
+
+@pytest.mark.needs_root_netns
+def test_unwritable_results_dir_is_bad_input(cli: Any, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = cli("test", "--nemesis", "none", "--time-limit", "2", "--results-dir", blocker / "x",
+            timeout=60)
+    assert r.code == BAD_INPUT, r.explain()
+    assert "cannot create the results folder" in one_error_line(r)
+    assert blocker.read_text() == "not a folder"
