@@ -10,7 +10,10 @@ Three questions, per key:
    key's writes lack it). The highest accepted fence is recomputed here (the
    resource's `max_fence` is not trusted). An accepted write whose fence is not above
    it is `stale_accepted` (a violation); a rejected one is a `save` (the fence did its
-   job).
+   job). Saves are split by who was refused: a holder that had been superseded (another
+   process entered the key's critical section after it, before the write:
+   `saves_stale_holder`), or a holder nobody had superseded, refused because the lock
+   service's fences went backwards (`saves_regressed_fence`: safe, but that work is lost).
 3. Interleaved writes. For two overlapping critical sections of one key in different
    processes, A entered first and B (the newer holder) later: if A has an accepted
    write applied after one of B's accepted writes, the older holder overwrote the
@@ -73,6 +76,7 @@ class _Examples:
     cap: int = MAX_EXAMPLES
     count: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
+    all_refs: list[_Write] = field(default_factory=list)  # saves only: every write, uncapped
 
     def add(self, item: dict[str, Any]) -> None:
         self.count += 1
@@ -166,6 +170,34 @@ def _attribute(accepted: list[_Write], sections: list[Section]) -> tuple[dict[in
         h.writes.sort(key=lambda w: w.rank)
         h.ranks = [w.rank for w in h.writes]
     return held, outside
+
+
+def _superseded(refused: list[_Write], sections: list[Section]) -> int:
+    """How many refused writes came from a holder someone else had since replaced.
+
+    The writer's section is the one of its process and key that contains the write's
+    invoke; it was superseded if another process entered the key's critical section
+    after that section began and no later than the write.
+    """
+    mine: dict[tuple[Process, str | None], list[Section]] = {}
+    by_key: dict[str | None, list[Section]] = {}
+    for s in sections:  # in (start, index) order
+        mine.setdefault((s.process, s.key), []).append(s)
+        by_key.setdefault(s.key, []).append(s)
+    starts = {k: [s.start for s in v] for k, v in by_key.items()}
+    own_starts = {k: [s.start for s in v] for k, v in mine.items()}
+    count = 0
+    for w in refused:
+        own = mine.get((w.process, w.key), [])
+        i = bisect_right(own_starts.get((w.process, w.key), []), w.invoke_time) - 1
+        if i < 0:
+            continue
+        begin = own[i].start
+        ks = starts.get(w.key, [])
+        lo, hi = bisect_right(ks, begin), bisect_right(ks, w.invoke_time)
+        if any(s.process != w.process for s in by_key[w.key][lo:hi]):
+            count += 1
+    return count
 
 
 def _check_interleaved(sections: list[Section], held: dict[int, _Held], out: _Examples) -> int:
@@ -299,10 +331,12 @@ def check_fencing(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
                     unfenced_rejected += 1  # a fenced resource refuses fence-less writes
                 elif is_stale:
                     saves.add({"key": key, **_write_ref(w), "max_accepted": max_f})
+                    saves.all_refs.append(w)
                 else:
                     unexplained += 1
 
     sections = critical_sections(ops)
+    superseded = _superseded(saves.all_refs, sections)
     held, outside = _attribute(all_accepted, sections)
     n_interleaved_writes = _check_interleaved(sections, held, interleaved)
 
@@ -320,6 +354,8 @@ def check_fencing(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
         "regressions": regressions.items,
         "regression_count": regressions.count,
         "saves": saves.count,
+        "saves_stale_holder": superseded,
+        "saves_regressed_fence": saves.count - superseded,
         "save_examples": saves.items,
         "accepted": n_accepted,
         "rejected": n_rejected,

@@ -121,10 +121,15 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     accepted = _count(fe, "accepted")
     if not accepted and not saves:
         return True, "resource safe (vacuously: no write reached the resource)" + tail
+    split = ""
+    if saves and "saves_stale_holder" in fe:
+        split = (f": {_count(fe, 'saves_stale_holder')} from a holder that had lost the lock, "
+                 f"{_count(fe, 'saves_regressed_fence')} from a current holder after the "
+                 "fences went backwards")
     return (
         True,
         f"resource safe: {_n(stale, 'stale write')} accepted, "
-        f"{_n(saves, 'stale write')} rejected by the fence (saves)" + tail,
+        f"{_n(saves, 'stale write')} rejected by the fence (saves{split})" + tail,
     )
 
 

@@ -132,6 +132,19 @@ def test_fenced_resource_rejects_the_stale_holder_a_save() -> None:
     ]
     assert r["interleaved_writes"] == []
     assert r["max_fence_mismatches"] == 0
+    assert (r["saves_stale_holder"], r["saves_regressed_fence"]) == (1, 0)
+
+
+def test_a_current_holder_refused_after_a_fence_regression_is_told_apart() -> None:
+    # a lock server restarted empty: its counter starts again at 1, below what the
+    # resource accepted; the new holder is nobody's stale holder, but is refused
+    h = H()
+    h.section(0, "k", 7, 0, 30).write(0, "k", 7, 10, 20, seq=1)
+    h.section(1, "k", 1, 40, 80).write(1, "k", 1, 50, 60, seq=2, max_fence=7,
+                                       result="rejected")
+    r = check(h)
+    assert r["resource_valid"] is True
+    assert (r["saves"], r["saves_stale_holder"], r["saves_regressed_fence"]) == (1, 0, 1)
 
 
 def test_unfenced_resource_accepting_a_stale_write_is_a_violation() -> None:

@@ -187,6 +187,7 @@ def test_end_to_end_paused_holder_saved_by_the_fence() -> None:
     assert valid is True
     assert text == (
         "resource safe: 0 stale writes accepted, 1 stale write rejected by the fence "
-        "(saves); 1 overlapping critical section on 1 key"
+        "(saves: 1 from a holder that had lost the lock, 0 from a current holder after the "
+        "fences went backwards); 1 overlapping critical section on 1 key"
     )
     assert run_verdict("mutex", results)[0] is False
