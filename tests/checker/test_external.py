@@ -16,7 +16,9 @@ from lockcheck.history import HistoryError, Op
 from .histories import H
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "porcupine"
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
+NO_CORPUS = (f"Porcupine's test corpus is not beside this clone ({CORPUS}); "
+             "it ships in the project's shared/ folder only")
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
 
 
 def write_jsonl(path: Path, ops: list[Op]) -> Path:

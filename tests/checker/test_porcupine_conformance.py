@@ -27,6 +27,8 @@ from lockcheck.checker.porcupine import (
 from lockcheck.checker.porcupine.models import cas_register, kv
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "porcupine"
+NO_CORPUS = (f"Porcupine's test corpus is not beside this clone ({DATA}); "
+             "it ships in the project's shared/ folder only")
 EXPECTED = DATA / "expected.json"
 # histories that take well over a second in CPython
 SLOW = {"jepsen/etcd_002.log", "jepsen/etcd_007.log", "kv/c50-ok.txt"}
@@ -34,7 +36,7 @@ SLOW = {"jepsen/etcd_002.log", "jepsen/etcd_007.log", "kv/c50-ok.txt"}
 
 def _cases() -> list[object]:
     if not EXPECTED.exists():
-        return [pytest.param(None, None, marks=pytest.mark.skip(reason=f"no corpus at {DATA}"))]
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason=NO_CORPUS))]
     expected = json.loads(EXPECTED.read_text())
     cases: list[object] = []
     for name, want in sorted(expected.items()):
@@ -57,7 +59,7 @@ def test_verdict(name: str, linearizable: bool) -> None:
 
 def test_corpus_is_complete() -> None:
     if not EXPECTED.exists():
-        pytest.skip(f"no corpus at {DATA}")
+        pytest.skip(NO_CORPUS)
     expected = json.loads(EXPECTED.read_text())
     assert sum(v is not None for v in expected.values()) == 108
     assert (DATA / "jepsen" / "etcd_095.log").stat().st_size == 0
@@ -68,7 +70,7 @@ def test_corpus_is_complete() -> None:
 )
 def test_kv_unpartitioned(name: str) -> None:
     if not EXPECTED.exists():
-        pytest.skip(f"no corpus at {DATA}")
+        pytest.skip(NO_CORPUS)
     want = json.loads(EXPECTED.read_text())[name]
     result = check_events(kv(partitioned=False), parse_kv_log(DATA / name), timeout=60)
     assert result is (CheckResult.OK if want else CheckResult.ILLEGAL)
@@ -76,7 +78,7 @@ def test_kv_unpartitioned(name: str) -> None:
 
 def test_c50_bad_is_illegal_quickly_with_verbose_info() -> None:
     if not EXPECTED.exists():
-        pytest.skip(f"no corpus at {DATA}")
+        pytest.skip(NO_CORPUS)
     result, info = check_events_verbose(kv(), parse_kv_log(DATA / "kv/c50-bad.txt"), timeout=20)
     assert result is CheckResult.ILLEGAL
     assert info.elapsed_s < 5
