@@ -20,7 +20,6 @@ When not given, the format is inferred from the name (``.jsonl``, ``.edn``,
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import defaultdict
@@ -28,7 +27,8 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.checker.analyze import load_test, options_for
+from lockcheck.checker.api import check_safe
 from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
 from lockcheck.checker.linearizable import auto_cache_cap, check_lock_operations, lock_operations
 from lockcheck.checker.porcupine import (
@@ -136,29 +136,6 @@ def _read_ops(path: Path, fmt: str, allow_truncated: bool) -> tuple[list[Op], di
             notes["truncated_line_ignored"] = res.truncated_line
         return res.ops, notes
     return read_jepsen_edn(path, allow_truncated=allow_truncated), notes
-
-
-def _run_dir_options(path: Path) -> CheckOptions:
-    """Options from a run's test.json beside the history, when there is one."""
-    test = path.parent / "test.json"
-    kwargs: dict[str, Any] = {}
-    try:
-        data = json.loads(test.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return CheckOptions()
-    if isinstance(data, dict):
-        opts = data.get("options", data)
-        if isinstance(opts, dict):
-            for name in ("workload", "resource"):
-                if isinstance(opts.get(name), str):
-                    kwargs[name] = opts[name]
-            ttl = opts.get("ttl_ms")
-            if isinstance(ttl, int) and not isinstance(ttl, bool):
-                kwargs["ttl_ms"] = ttl
-            drift = opts.get("clock_drift")
-            if isinstance(drift, int | float) and not isinstance(drift, bool):
-                kwargs["clock_drift"] = float(drift)
-    return CheckOptions(**kwargs)
 
 
 # ------------------------------------------------------------------ register ops
@@ -283,15 +260,9 @@ def check_external(
     result.update(notes)
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
     if model in checkers and ops is not None:
-        opts = _run_dir_options(path) if fmt == "lockcheck" else CheckOptions()
-        opts = CheckOptions(
-            workload=opts.workload,
-            resource=opts.resource,
-            ttl_ms=opts.ttl_ms,
-            clock_drift=opts.clock_drift,
-            timeout_s=timeout,
-            html_dir=html_dir,
-        )
+        # a run's own test.json (beside the history) gives TTL, drift and workload
+        test = load_test(path) if fmt == "lockcheck" else {}
+        opts = options_for(test, timeout=timeout, html_dir=html_dir)
         details = check_safe(model, checkers[model], ops, opts)
         result["valid"] = details.get("valid", "unknown")
         result["ops"] = len(ops)
