@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockcheck.cluster.node import Node
+from lockcheck.cluster.api import ClientHost, Node
+from lockcheck.nemesis.api import RunContext
 
 
 def split(nodes: Sequence[str], clients: Sequence[str], rng: random.Random,
@@ -40,28 +41,44 @@ def grudges(a: Sequence[str], b: Sequence[str]) -> dict[str, list[str]]:
 @dataclass
 class Partition:
     nodes: list[Node]
-    clients: list[Node]
+    clients: list[ClientHost]
+    hold_s: float = 3.0
     name: str = "partition"
     start_f: str = "start-partition"
     stop_f: str = "stop-partition"
-    _cut: list[Node] = field(default_factory=list)
+    _cut: list[Node | ClientHost] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
         kind = "isolate" if len(self.nodes) > 2 and rng.random() < 0.5 else "halves"
         a, b = split([n.name for n in self.nodes], [c.name for c in self.clients], rng, kind)
-        by_name = {h.name: h for h in self.nodes + self.clients}
+        by_name: dict[str, Node | ClientHost] = {h.name: h for h in self.hosts}
         for host, enemies in grudges(a, b).items():
             if enemies:
                 by_name[host].block([by_name[e].address for e in enemies])
                 self._cut.append(by_name[host])
-        return {"sides": [a, b], "kind": kind}
+        return {"fault": self.name, "targets": list(a), "sides": [a, b], "kind": kind}
 
     def stop(self) -> dict[str, Any]:
         healed = sorted({h.name for h in self._cut})
         self.heal()
-        return {"healed": healed}
+        return {"fault": self.name, "targets": healed, "healed": healed}
+
+    @property
+    def hosts(self) -> list[Node | ClientHost]:
+        return [*self.nodes, *self.clients]
 
     def heal(self) -> None:
-        for h in self.nodes + self.clients:
-            h.heal()
+        failed = []
+        for h in self.hosts:
+            try:
+                h.heal()
+            except Exception as e:
+                failed.append(f"{h.name}: {e}")
         self._cut.clear()
+        if failed:
+            raise RuntimeError("heal failed on " + "; ".join(failed))
+
+
+def partition(ctx: RunContext) -> Partition:
+    return Partition(list(ctx.cluster.nodes), list(ctx.cluster.clients),
+                     hold_s=ctx.spec.nemesis_interval)
