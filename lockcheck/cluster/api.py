@@ -19,6 +19,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from random import Random
 from typing import IO, Any, Protocol, runtime_checkable
 
 
@@ -201,6 +202,16 @@ class HasPrimary(Protocol):
 
 
 @runtime_checkable
+class CanFailover(Protocol):
+    """The service can be made to change its primary, or drop its clients' sessions,
+    on demand (Sentinel's `SENTINEL FAILOVER`; terminating Postgres backends)."""
+
+    def failover(self, rng: Random) -> dict[str, Any]:
+        """Do it now; return what was done (with `targets`: the nodes involved)."""
+        ...
+
+
+@runtime_checkable
 class LogFiles(Protocol):
     """Server logs to copy into the results folder (Jepsen's `db/LogFiles`)."""
 
@@ -213,6 +224,7 @@ CAPABILITIES: dict[str, type] = {
     "kill": Killable,
     "pause": Pausable,
     "primary": HasPrimary,
+    "failover": CanFailover,
     "logs": LogFiles,
 }
 

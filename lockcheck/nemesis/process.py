@@ -8,11 +8,14 @@ every server, not only those this nemesis remembers touching.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockcheck.cluster.api import Killable, Pausable
+from lockcheck.cluster.api import HasPrimary, Killable, Pausable
 from lockcheck.nemesis.api import RunContext
+
+Targets = Callable[[list[str], random.Random], list[str]]
 
 
 def pick_targets(names: list[str], rng: random.Random) -> list[str]:
@@ -35,6 +38,16 @@ def _all_or_raise(what: str, nodes: list[str], fn: Any) -> None:
         raise RuntimeError(f"{what} failed on " + "; ".join(failed))
 
 
+def primaries(db: object) -> Targets:
+    """Target the nodes the service itself names as primary or leader right now."""
+    assert isinstance(db, HasPrimary)
+
+    def targets(names: list[str], rng: random.Random) -> list[str]:
+        return [n for n in db.primaries() if n in names]
+
+    return targets
+
+
 @dataclass
 class Kill:
     db: Killable
@@ -43,10 +56,11 @@ class Kill:
     name: str = "kill"
     start_f: str = "kill"
     stop_f: str = "restart"
+    targets: Targets = pick_targets
     _down: list[str] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
-        self._down = pick_targets(self.nodes, rng)
+        self._down = self.targets(self.nodes, rng)
         for n in self._down:
             self.db.kill(n)
         return {"fault": self.name, "targets": list(self._down), "nodes": list(self._down)}
@@ -69,10 +83,11 @@ class Pause:
     name: str = "pause"
     start_f: str = "pause"
     stop_f: str = "resume"
+    targets: Targets = pick_targets
     _paused: list[str] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
-        self._paused = pick_targets(self.nodes, rng)
+        self._paused = self.targets(self.nodes, rng)
         for n in self._paused:
             self.db.pause(n)
         return {"fault": self.name, "targets": list(self._paused), "nodes": list(self._paused)}
@@ -96,3 +111,15 @@ def kill(ctx: RunContext) -> Kill:
 def pause(ctx: RunContext) -> Pause:
     assert isinstance(ctx.db, Pausable)
     return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval)
+
+
+def kill_primary(ctx: RunContext) -> Kill:
+    assert isinstance(ctx.db, Killable)
+    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay,
+                name="kill-primary", targets=primaries(ctx.db))
+
+
+def pause_primary(ctx: RunContext) -> Pause:
+    assert isinstance(ctx.db, Pausable)
+    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval,
+                 name="pause-primary", targets=primaries(ctx.db))

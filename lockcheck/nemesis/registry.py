@@ -46,6 +46,23 @@ NEMESES: dict[str, NemesisKind] = {
                     description="SIGSTOP the server on one node or a minority; SIGCONT "
                                 "--nemesis-interval later",
                     build="lockcheck.nemesis.process:pause", needs=("pause",)),
+        NemesisKind(name="partition-primary",
+                    description="isolate the current primary or leader (as the service "
+                                "names it) from the other nodes; clients go with either side",
+                    build="lockcheck.nemesis.partition:partition_primary", needs=("primary",)),
+        NemesisKind(name="kill-primary",
+                    description="SIGKILL the current primary or leader; restart it "
+                                "--restart-delay-ms later",
+                    build="lockcheck.nemesis.process:kill_primary", needs=("kill", "primary")),
+        NemesisKind(name="pause-primary",
+                    description="SIGSTOP the current primary or leader; SIGCONT "
+                                "--nemesis-interval later",
+                    build="lockcheck.nemesis.process:pause_primary",
+                    needs=("pause", "primary")),
+        NemesisKind(name="failover",
+                    description="the service fails over on demand: Sentinel promotes a "
+                                "replica, Postgres terminates the lock holders' sessions",
+                    build="lockcheck.nemesis.failover:failover", needs=("failover",)),
         NemesisKind(name="client-pause",
                     description="SIGSTOP a client worker while it holds a lock, for "
                                 "--pause-ms (default 2x TTL): a GC pause of the holder",
@@ -56,6 +73,7 @@ NEMESES: dict[str, NemesisKind] = {
 NEED_WORDS = {"kill": "servers that can be killed and restarted",
               "pause": "servers that can be paused",
               "primary": "a service that names its primary or leader",
+              "failover": "a service that can fail over on demand",
               "logs": "server log files"}
 
 
