@@ -400,7 +400,7 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now)
+                         holders=self.holders.now, next_exit=self.holders.next_exit)
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
