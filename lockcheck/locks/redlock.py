@@ -155,9 +155,12 @@ class TalliedRedlock(Redlock):
         try:
             ok = bool(step(self, master))
         except Exception as e:
+            kind = answer_of(e)
             with self.guard:
-                answers[master] = answer_of(e)
-                self.errors.append(single._short(str(e)))
+                answers[master] = kind
+                # an unknown outcome explains an indefinite verdict best: it goes first
+                self.errors.insert(0 if kind == UNKNOWN else len(self.errors),
+                                   single._short(str(e)))
             raise
         with self.guard:
             answers[master] = YES if ok else NO
