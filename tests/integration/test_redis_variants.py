@@ -32,9 +32,10 @@ RUNS: dict[str, tuple[str, ...]] = {
     "lua": ("--backend", "redis", *AT_RELEASE),
     "no_ttl_pause": ("--backend", "redis-no-ttl", "--nemesis", "client-pause",
                      "--nemesis-interval", "0.5", "--time-limit", "8"),
+    # many clients and names: more ops in flight when a partition starts
     "no_ttl_partition": ("--backend", "redis-no-ttl", "--nemesis", "partition",
-                         "--nemesis-interval", "1", "--time-limit", "10",
-                         "--recover-s", "3"),
+                         "--nemesis-interval", "0.5", "--keys", "5", "--concurrency", "8",
+                         "--time-limit", "10", "--recover-s", "3"),
 }
 
 

@@ -422,6 +422,12 @@ def test_no_ttl_never_expires_and_renew_confirms(servers: list[tuple[str, int]])
         c.renew(lease)
 
 
+def test_the_belief_is_redlocks_validity() -> None:
+    """TTL minus pottery's drift (1% + 2 ms), counted from the invoke."""
+    c = RedlockClient([("127.0.0.1", 1)] * 5, ttl_ms=1000, op_timeout_s=0.25)
+    assert c._belief(5_000_000_000) == 5_000_000_000 + 1_000_000_000 - 10_000_000 - 2_000_000
+
+
 def test_unknown_variant_options_are_refused() -> None:
     with pytest.raises(ValueError):
         RedisLockClient("127.0.0.1", 1, ttl_ms=1, op_timeout_s=0.1, release="del")
