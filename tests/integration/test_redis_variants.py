@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from lockcheck.history import Op, pair_ops, read_history
+from tests.integration.test_redlock import run_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -41,12 +42,7 @@ RUNS: dict[str, tuple[str, ...]] = {
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
-    started = {name: module_cli.start("test", *args) for name, args in RUNS.items()}
-    done = {name: p.wait(timeout=150) for name, p in started.items()}
-    for name, r in done.items():
-        assert r.run_dir is not None and r.code in (0, 1), f"{name}: {r.explain()}"
-    yield done
-    module_cli.assert_no_leftovers(None)
+    yield from run_all(module_cli, RUNS)
 
 
 def history(r: Any) -> list[Op]:

@@ -43,14 +43,20 @@ RUNS: dict[str, tuple[str, ...]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
-    started = {name: module_cli.start("test", *args) for name, args in RUNS.items()}
+def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]]) -> Iterator[dict[str, Any]]:
+    """Start every run at once (each has its own run id and subnet), wait for all of
+    them, and check afterwards that none left anything behind."""
+    started = {name: module_cli.start("test", *args) for name, args in runs.items()}
     done = {name: p.wait(timeout=150) for name, p in started.items()}
     for name, r in done.items():
         assert r.run_dir is not None and r.code in (0, 1), f"{name}: {r.explain()}"
     yield done
     module_cli.assert_no_leftovers(None)
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    yield from run_all(module_cli, RUNS)
 
 
 def checkers(r: Any) -> dict[str, Any]:

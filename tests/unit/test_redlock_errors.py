@@ -51,18 +51,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Call to '__init__' function with
 
 def kind_of(exc: BaseException, lock: TalliedRedlock | None = None,
             n: int = 5) -> tuple[str, str]:
-    try:
-        with mapped_errors(lock, n):
-            raise exc
-    except NotOwner as e:
-        return "NotOwner", str(e)
-    except Definite as e:
-        return "Definite", str(e)
-    except Indefinite as e:
-        return "Indefinite", str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
-    raise AssertionError("unreachable")
+    return redis_kind_of(exc, lambda: mapped_errors(lock, n))
 
 
 # -- part 1: every exception class ------------------------------------------------------
