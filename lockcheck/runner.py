@@ -80,12 +80,12 @@ def plan(spec: TestSpec) -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
+    db = b.make_db(spec)  # inert until setup: it only answers what it can do
+    check_supported(spec.nemesis, db, b.name)
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
     require_binaries(b.binaries)
-    db = b.make_db(spec)
-    check_supported(spec.nemesis, db, b.name)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     return Plan(spec, b, w, p, db)
