@@ -63,7 +63,9 @@ def test_next_exit_waits_for_the_next_holder_to_leave() -> None:
     assert h.next_exit(0.05) is None
     h.observe(event("enter", 3, fence=9))
     threading.Timer(0.05, h.observe, args=(event("exit", 3, fence=9),)).start()
+    t = time.monotonic()
     got = h.next_exit(2.0)
+    assert time.monotonic() - t < 1.0  # woken by the exit, not by the timeout
     assert got is not None and (got.worker, got.fence) == (3, 9)
     assert h.now() == []
 
