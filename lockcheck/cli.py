@@ -51,6 +51,38 @@ class Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def provider_options(f: Any) -> Any:
+    """The options of the docker and ssh providers, shared by `test` and `cluster up`."""
+    f = click.option("--image", default=None,
+                     help="docker: the node image [default: lockcheck-node:bookworm].")(f)
+    f = click.option("--accept-new-host-keys", is_flag=True,
+                     help="ssh: add the keys of hosts not in known_hosts yet, and say so "
+                          "(a changed key is always refused).")(f)
+    f = click.option("--nodes-file", default=None, type=click.Path(),
+                     help="ssh: the hosts and how to log in to them (YAML or JSON).")(f)
+    return f
+
+
+def gather_provider_options(o: dict[str, Any]) -> dict[str, Any]:
+    """Take the providers' options out of `o`, as TestSpec.provider_options."""
+    out: dict[str, Any] = {}
+    nodes_file, accept, image = o.pop("nodes_file"), o.pop("accept_new_host_keys"), o.pop("image")
+    provider = o["provider"]
+    if nodes_file is not None:
+        if provider != "ssh":
+            raise BadInput("--nodes-file is an option of --provider ssh")
+        out["nodes_file"] = str(Path(nodes_file).resolve())
+    if accept:
+        if provider != "ssh":
+            raise BadInput("--accept-new-host-keys is an option of --provider ssh")
+        out["accept_new_host_keys"] = True
+    if image is not None:
+        if provider != "docker":
+            raise BadInput("--image is an option of --provider docker")
+        out["image"] = image
+    return out
+
+
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockcheck")
 def main() -> None:
@@ -65,7 +97,9 @@ def main() -> None:
 @click.option("--nemesis", default="partition", show_default=True,
               help="none, or faults (see: lockcheck backends), comma-separated.")
 @click.option("--provider", default="local", show_default=True,
-              help="Where the nodes run: local (network namespaces on this machine).")
+              help="Where the nodes run: local (network namespaces on this machine), "
+                   "docker (containers), ssh (hosts of --nodes-file).")
+@provider_options
 @click.option("--nodes", type=int, default=None, help="Server nodes [default: per backend].")
 @click.option("--concurrency", type=int, default=5, show_default=True,
               help="Client worker processes, each in its own namespace.")
@@ -110,6 +144,7 @@ def test(**o: Any) -> int:
 
     b = backend(o["backend"])
     nemesis = parse_nemesis(o["nemesis"])
+    provider_opts = gather_provider_options(o)
     if o["test_count"] < 1:
         raise BadInput("--test-count must be at least 1")
     worst = exitcodes.VALID
@@ -119,6 +154,7 @@ def test(**o: Any) -> int:
             seed += i
         spec = TestSpec(
             backend=b.name, workload=o["workload"], nemesis=nemesis, provider=o["provider"],
+            provider_options=provider_opts,
             nodes=o["nodes"] or b.default_nodes,
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
             ttl_ms=o["ttl_ms"], hold_ms=parse_range_ms(o["hold_ms"], "--hold-ms"),
@@ -144,7 +180,8 @@ def test(**o: Any) -> int:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per backend.")
 def backends(as_json: bool) -> int:
-    """List every backend and variant: client, fences, faults it takes, what it shows."""
+    """List every backend and variant: client, fences, faults it takes, what it shows;
+    then the faults each provider can inject."""
     from lockcheck.results.backends_table import backend_rows, render_backends
 
     rows = backend_rows()
@@ -153,7 +190,15 @@ def backends(as_json: bool) -> int:
             click.echo(json.dumps(r))
     else:
         click.echo(render_backends(rows))
+        click.echo("")
+        click.echo(render_provider_faults())
     return 0
+
+
+def render_provider_faults() -> str:
+    from lockcheck.results.providers_table import render_providers
+
+    return render_providers()
 
 
 @main.command()
@@ -197,28 +242,35 @@ def cluster() -> None:
 @click.option("--nodes", type=int, default=None)
 @click.option("--clients", type=int, default=1, show_default=True,
               help="Client namespaces to create as well.")
-@click.option("--provider", default="local", show_default=True)
+@click.option("--provider", default="local", show_default=True,
+              help="local, docker or ssh (with --nodes-file).")
+@provider_options
 @click.option("--subnet", default=None)
-def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
-               subnet: str | None) -> int:
+def cluster_up(**o: Any) -> int:
     """Start nodes and servers and leave them running."""
     from lockcheck.backends import backend as find_backend
-    from lockcheck.cluster.providers import ClusterRequest
+    from lockcheck.cluster.providers import ClusterRequest, check_provider
     from lockcheck.cluster.providers import provider as find_provider
     from lockcheck.cluster.state import Registry
-    from lockcheck.preflight import require_binaries
+    from lockcheck.preflight import debian_packages, require_binaries
     from lockcheck.spec import TestSpec, validate
 
-    b, p = find_backend(backend), find_provider(provider)
+    options = gather_provider_options(o)
+    b, p = find_backend(o["backend"]), find_provider(o["provider"])
+    clients, subnet = o["clients"], o["subnet"]
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck cluster up {why}")
     require_binaries(b.binaries)
-    spec = validate(TestSpec(backend=b.name, provider=p.name, nodes=nodes or b.default_nodes,
-                             concurrency=max(1, clients), nemesis=(), subnet=subnet))
+    spec = validate(TestSpec(backend=b.name, provider=p.name, nodes=o["nodes"] or b.default_nodes,
+                             concurrency=max(1, clients), nemesis=(), subnet=subnet,
+                             provider_options=options))
+    check_provider(p, spec)
     db = b.make_db(spec)
     c = p.make(ClusterRequest(nodes=spec.nodes, clients=clients, registry=Registry(),
-                              subnet=subnet, kind="cluster"))
+                              subnet=subnet, kind="cluster", options=options,
+                              packages=debian_packages(b.binaries),
+                              say=lambda line: click.echo(line, err=True)))
     try:
         c.up()
         db.setup(c)
@@ -229,7 +281,7 @@ def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
         db.teardown()
         c.down()
         raise
-    click.echo(f"cluster {c.run_id} up on {info.get('subnet')}:")
+    click.echo(f"cluster {c.run_id} up ({p.name}) on {info.get('subnet') or 'its hosts'}:")
     for name, addr in info.get("hosts", {}).items():
         svc = services.get(name, {})
         where = f"netns lc-{c.run_id}-{name}" if p.name == "local" else p.name
@@ -251,14 +303,20 @@ def cluster_down() -> int:
         raise BadInput("lockcheck cluster down needs root")
     live = [s for s in Registry().all() if s.kind == "test" and s.owner_alive()]
     cleaned: list[str] = []
+    problems: list[str] = []
     for p in PROVIDERS.values():
         # clusters left running on purpose are removed too; live test runs are not
-        cleaned += [r for r in p.reap(Registry()) + p.remove_kept(Registry())
-                    if r not in cleaned]
+        try:
+            cleaned += [r for r in p.reap(Registry()) + p.remove_kept(Registry())
+                        if r not in cleaned]
+        except (BadInput, RuntimeError) as e:  # one provider's trouble: still do the rest
+            problems.append(f"{p.name}: {e}")
     click.echo(f"removed: {', '.join(cleaned) if cleaned else 'nothing'}")
     if live:
         click.echo(f"left alone (a test is running): {', '.join(s.run_id for s in live)}")
-    return 0
+    for problem in problems:
+        click.echo(f"lockcheck: could not remove everything: {problem}", err=True)
+    return exitcodes.BAD_INPUT if problems else 0
 
 
 @cluster.command("status")
@@ -273,25 +331,57 @@ def cluster_status() -> int:
     for st in states:
         owner = "running" if st.owner_alive() else ("left up" if st.kind == "cluster" else
                                                     "stale (owner gone)")
-        click.echo(f"{st.run_id} {st.kind} {st.subnet} {owner}")
+        click.echo(f"{st.run_id} {st.kind} {st.provider} {st.subnet or '-'} {owner}")
         for name, addr in st.nodes.items():
             svc = st.services.get(name, {})
             pid = svc.get("pid")
-            alive = "" if pid is None else (" up" if pid_alive(int(str(pid))) else " down")
+            # a PID of a container or a remote host means nothing here
+            alive = "" if pid is None or st.provider != "local" else (
+                " up" if pid_alive(int(str(pid))) else " down")
             click.echo(f"  {name:4} {addr:15} {svc.get('service', '')}{alive}")
     return 0
 
 
 @main.command()
-def doctor() -> int:
+@click.option("--provider", default=None,
+              help="Also check this provider: docker (daemon, image) or ssh (each host of "
+                   "--nodes-file) [default: local, and docker if a daemon is there].")
+@click.option("--nodes-file", default=None, type=click.Path(),
+              help="ssh: log in to each host and check it.")
+def doctor(provider: str | None, nodes_file: str | None) -> int:
     """Check prerequisites and say how to install what is missing."""
     from lockcheck.preflight import doctor as run_doctor
+    from lockcheck.preflight import provider_findings
 
-    findings = run_doctor()
+    findings = run_doctor() + provider_findings(provider, nodes_file)
     for f in findings:
-        mark = "ok " if f.ok else "MISSING"
+        mark = "ok " if f.ok else ("--" if f.optional else "MISSING")
         click.echo(f"{mark:8} {f.what:20} {f.detail}" + ("" if f.ok else f"  -> {f.fix}"))
-    return 0 if all(f.ok for f in findings) else exitcodes.BAD_INPUT
+    click.echo("")
+    click.echo(render_provider_faults())
+    return 0 if all(f.ok or f.optional for f in findings) else exitcodes.BAD_INPUT
+
+
+@main.group()
+def images() -> None:
+    """The docker provider's node image."""
+
+
+@images.command("build")
+@click.option("--base", default="registry", show_default=True,
+              help="registry (debian:bookworm from a registry) or debootstrap (a Debian "
+                   "made here from this machine's apt mirror, where no registry answers).")
+@click.option("--force", is_flag=True, help="Build even if the image is up to date.")
+@click.option("--image", default=None, help="Tag [default: lockcheck-node:bookworm].")
+def images_build(base: str, force: bool, image: str | None) -> int:
+    """Build the node image from the repository's Dockerfile (skipped when up to date)."""
+    from lockcheck.cluster import images as node_images
+    from lockcheck.cluster.containers import connect
+
+    node_images.base_of(base)  # a bad --base before any daemon is asked
+    node_images.build(connect(), base=base, force=force, image=image or node_images.IMAGE,
+                      say=lambda line: click.echo(line, err=True))
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ class Finding:
     ok: bool
     detail: str
     fix: str = ""
+    optional: bool = False  # what only another provider needs: shown, not a failure
 
 
 def is_root() -> bool:
@@ -60,6 +61,42 @@ def doctor() -> list[Finding]:
         out.append(Finding(binary, path is not None, detail,
                            INSTALL.get(binary, "scripts/install")))
     return out
+
+
+def provider_findings(name: str | None, nodes_file: str | None) -> list[Finding]:
+    """The docker and ssh providers: what each needs, checked only as far as asked
+    (`--provider`); without it, docker is looked at only if a daemon is configured,
+    as information that does not fail the doctor."""
+    from lockcheck.cluster.providers import provider
+
+    out: list[Finding] = []
+    if name is not None:
+        provider(name)  # an unknown name is one line
+    explicit = name == "docker"
+    if explicit or (name is None and (os.environ.get("DOCKER_HOST") or
+                                      os.path.exists("/var/run/docker.sock"))):
+        from lockcheck.cluster.containers import doctor_findings
+
+        out += [Finding(w, ok, d, fix, optional=not explicit)
+                for w, ok, d, fix in doctor_findings()]
+    if name == "ssh" or nodes_file is not None:
+        from lockcheck.cluster.ssh import doctor_findings as ssh_findings
+
+        if nodes_file is None:
+            raise BadInput("lockcheck doctor --provider ssh needs --nodes-file")
+        out += [Finding(w, ok, d, fix) for w, ok, d, fix in ssh_findings(nodes_file)]
+    return out
+
+
+def debian_packages(binaries: Sequence[str]) -> tuple[str, ...]:
+    """The Debian packages that bring these programs (from INSTALL's commands), for a
+    provider that installs them on its nodes."""
+    out: list[str] = []
+    for b in binaries:
+        how = INSTALL.get(b, "")
+        if how.startswith("apt-get install"):
+            out += [w for w in how.split()[2:] if not w.startswith("-")]
+    return tuple(dict.fromkeys(out))
 
 
 def require_binaries(binaries: Sequence[str]) -> None:

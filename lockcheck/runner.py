@@ -34,7 +34,7 @@ from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
 from lockcheck.cluster.api import DB, Cluster, LogFiles, capabilities
 from lockcheck.cluster.node import LocalDaemon
-from lockcheck.cluster.providers import ClusterRequest, Provider, provider
+from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
@@ -42,7 +42,7 @@ from lockcheck.nemesis.api import Nemesis, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported
 from lockcheck.nemesis.schedule import NemesisSchedule
-from lockcheck.preflight import require_binaries
+from lockcheck.preflight import debian_packages, require_binaries
 from lockcheck.results import store
 from lockcheck.results.progress import LiveStats, Progress, summary_table, verdict_word
 from lockcheck.spec import TestSpec, validate
@@ -85,9 +85,13 @@ def plan(spec: TestSpec) -> Plan:
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
+    # the databases find their programs (and versions) on the controller, whatever
+    # the provider: the docker image and the ssh provider's apt step put the same
+    # Debian packages at the same paths on the nodes
     require_binaries(b.binaries)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
+    check_provider(p, spec)  # its options, and the faults it cannot inject
     return Plan(spec, b, w, p, db)
 
 
@@ -307,7 +311,8 @@ class Run:
         # shares c0's
         cluster = self.p.provider.make(ClusterRequest(
             nodes=spec.nodes, clients=spec.concurrency, registry=self.registry,
-            subnet=spec.subnet, kind="test"))
+            subnet=spec.subnet, kind="test", options=spec.provider_options,
+            packages=debian_packages(self.p.backend.binaries), say=self.say))
         self.cluster = cluster
         self.teardown.push("remove cluster", self.remove_cluster)
         t = time.monotonic()
@@ -316,6 +321,11 @@ class Run:
         self.test["cluster"] = cluster.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
         log.info("cluster %s up in %.2fs", cluster.run_id, time.monotonic() - t)
+
+    def say(self, line: str) -> None:
+        """A line the user must see at once (a host key accepted, packages installed)."""
+        log.info("%s", line)
+        self.out.write(f"{line}\n")
 
     def remove_cluster(self) -> None:
         assert self.cluster is not None

@@ -21,6 +21,8 @@ class TestSpec:
     workload: str = "mutex"
     nemesis: tuple[str, ...] = ("partition",)
     provider: str = "local"
+    # the provider's own options: nodes_file, accept_new_host_keys (ssh), image (docker)
+    provider_options: dict[str, Any] = field(default_factory=dict)
     nodes: int = 1
     concurrency: int = 5
     keys: int = 3

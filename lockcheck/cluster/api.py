@@ -2,7 +2,7 @@
 
 Three levels, as in Jepsen:
 
-* a **provider** (local network namespaces today; Docker and SSH hosts later) makes a
+* a **provider** (local network namespaces, Docker containers, SSH hosts) makes a
   `Cluster`: server `Node`s and `ClientHost`s, cut off from each other on demand;
 * a **database** (`DB`) is written once against `Node` and sets up a whole ensemble
   (a ZooKeeper quorum is configured and started as one), tears it down, reports
@@ -96,6 +96,10 @@ class ClientHost(Protocol):
 
     name: str
     address: str
+    # True: it has an address of its own that the nodes see (a namespace), so a
+    # partition can cut it from some nodes alone. False: a plain process of the
+    # controller (the ssh provider without client namespaces): partitions leave it out
+    own_network: bool
 
     def spawn(self, name: str, argv: Sequence[str], *, log_path: Path | None = None,
               env: Mapping[str, str] | None = None, stdin: int | IO[Any] | None = None,
@@ -139,6 +143,23 @@ class Cluster(Protocol):
     def keep(self, services: Mapping[str, Mapping[str, object]]) -> None:
         """Leave the cluster running after this process ends (`--leave-running`,
         `lockcheck cluster up`); `services` describes what runs on each node."""
+        ...
+
+
+@runtime_checkable
+class HostClock(Protocol):
+    """A node whose machine clock lockcheck may move: a host of its own (the ssh
+    provider's real hosts and VMs), never one that is the controller's machine and
+    never a container (containers share their machine's clock). A clock fault uses
+    it instead of libfaketime where a node has it, and always resets it at heal."""
+
+    def set_clock(self, offset_ms: float) -> None:
+        """From now on the host's wall clock reads the controller's plus `offset_ms`
+        (0: back to where it was before the first move)."""
+        ...
+
+    def reset_clock(self) -> None:
+        """Back to where it was before lockcheck moved it. Idempotent."""
         ...
 
 

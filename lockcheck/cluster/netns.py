@@ -51,8 +51,14 @@ def used_subnets() -> set[ipaddress.IPv4Network]:
     return nets
 
 
-def pick_subnet(requested: str | None) -> ipaddress.IPv4Network:
-    used = used_subnets()
+LOCAL_SUBNETS = ipaddress.IPv4Network("10.77.0.0/16")
+
+
+def pick_subnet(requested: str | None, *, pool: ipaddress.IPv4Network = LOCAL_SUBNETS,
+                also_used: Sequence[ipaddress.IPv4Network] = ()) -> ipaddress.IPv4Network:
+    """A /24 of `pool` (or the one requested) that overlaps nothing on this host, nor
+    `also_used` (the docker provider: every Docker network's subnet)."""
+    used = used_subnets() | set(also_used)
     if requested:
         try:
             net = ipaddress.IPv4Network(requested, strict=True)
@@ -63,11 +69,29 @@ def pick_subnet(requested: str | None) -> ipaddress.IPv4Network:
         if any(net.overlaps(u) for u in used):
             raise BadInput(f"--subnet {requested} is already in use on this host")
         return net
-    for third in range(256):
-        net = ipaddress.IPv4Network(f"10.77.{third}.0/24")
+    for net in pool.subnets(new_prefix=24):
         if not any(net.overlaps(u) for u in used):
             return net
-    raise BadInput("no free /24 in 10.77.0.0/16 for a new cluster; give --subnet")
+    raise BadInput(f"no free /24 in {pool} for a new cluster; give --subnet")
+
+
+def add_host_namespace(ns: str, veth: str, address: str, *, bridge: str | None = None,
+                       parent: str | None = None, prefixlen: int = 24) -> None:
+    """A namespace whose one interface `eth0` has `address`: a veth whose other end
+    (`veth`) is a port of `bridge`, or else a macvlan on `parent`, an interface of this
+    machine that is not a bridge (the docker and ssh providers' client namespaces)."""
+    _ip("netns", "add", ns)
+    if bridge is not None:
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("link", "set", veth, "master", bridge, "up")
+    else:
+        assert parent is not None
+        _ip("link", "add", veth, "link", parent, "type", "macvlan", "mode", "bridge")
+        _ip("link", "set", veth, "netns", ns)
+        _ip("-n", ns, "link", "set", veth, "name", "eth0")
+    _ip("-n", ns, "addr", "add", f"{address}/{prefixlen}", "dev", "eth0")
+    _ip("-n", ns, "link", "set", "eth0", "up")
+    _ip("-n", ns, "link", "set", "lo", "up")
 
 
 @dataclass
@@ -85,6 +109,8 @@ class LocalNode:
     chain: str
     on_spawn: Any = None  # callback(pid) so the registry learns every PID at once
     _chain_ready: bool = False
+
+    own_network = True  # a ClientHost with an address of its own: partitions can cut it
 
     def _wrap(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -227,12 +253,7 @@ class LocalCluster:
             veth = f"lc{self.run_id}{name}"
             self.state.namespaces.append(ns)
             self.registry.save(self.state)
-            _ip("netns", "add", ns)
-            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("link", "set", veth, "master", self.bridge, "up")
-            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+            add_host_namespace(ns, veth, str(addr), bridge=self.bridge)
             node = LocalNode(name=name, address=str(addr), netns=ns,
                              workdir=self.workdir / name, chain=f"lc-{self.run_id}",
                              on_spawn=self._note_pid)
@@ -302,7 +323,8 @@ def destroy(state: RunState, registry: Registry) -> None:
     _kill_pids(pids)
     for ns in state.namespaces:
         _ip("netns", "del", ns, check=False)
-    _ip("link", "del", state.bridge, check=False)
+    if state.bridge:  # the docker and ssh providers' client namespaces need none
+        _ip("link", "del", state.bridge, check=False)
     if state.workdir.startswith("/tmp/lockcheck-"):
         shutil.rmtree(state.workdir, ignore_errors=True)
     registry.remove(state.run_id)
@@ -334,6 +356,9 @@ def _cleanup_leftovers(registry: Registry, include_live: bool) -> list[str]:
     cleaned: list[str] = []
     live_ids: set[str] = set()
     for st in registry.all():
+        if st.provider != "local":  # that provider's own reap cleans it
+            live_ids.add(st.run_id)
+            continue
         if not include_live and (st.owner_alive() or st.kind == "cluster"):
             live_ids.add(st.run_id)
             continue

@@ -1,18 +1,23 @@
 """Providers by name: who makes a run's cluster, and who cleans up after dead runs.
 
-Adding one (Docker, SSH hosts) is one module with a `Provider` entry here; the runner
-and the CLI only go through this table.
+`local` (network namespaces on this machine), `docker` (containers on a network
+lockcheck creates) and `ssh` (hosts listed in a nodes file). Adding one is one module
+with a `Provider` entry here; the runner and the CLI only go through this table.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from lockcheck.cluster.api import Cluster
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
+
+if TYPE_CHECKING:
+    from lockcheck.spec import TestSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +29,11 @@ class ClusterRequest:
     registry: Registry
     subnet: str | None = None
     kind: str = "test"  # "test", or "cluster" for one left running on purpose
+    # the provider's own options (`--nodes-file`, `--accept-new-host-keys`, `--image`)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Debian packages the servers need, for providers that install them on the nodes
+    packages: tuple[str, ...] = ()
+    say: Callable[[str], None] = lambda line: None  # a line for the user (a new host key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +50,14 @@ class Provider:
     max_nodes: int
     max_clients: int
     check_subnet: Callable[[str], None] = lambda subnet: None  # raises BadInput
+    # before anything exists: the provider's options and what it can do for this spec
+    # (a nodes file that does not parse, a missing image, a fault it cannot inject);
+    # raises BadInput
+    check: Callable[[TestSpec], None] = lambda spec: None
+    # nemesis -> why this provider can never inject it (refused before the run)
+    refused: Mapping[str, str] = field(default_factory=dict)
+    # nemesis -> how this provider does it where that differs from the local provider
+    notes: Mapping[str, str] = field(default_factory=dict)
 
 
 def _local_make(req: ClusterRequest) -> Cluster:
@@ -59,7 +77,7 @@ def _local_remove_kept(registry: Registry) -> list[str]:
 
     removed = []
     for st in registry.all():
-        if st.kind == "cluster":
+        if st.kind == "cluster" and st.provider == "local":
             destroy(st, registry)
             removed.append(st.run_id)
     return removed
@@ -94,7 +112,19 @@ def _local() -> Provider:
     )
 
 
-PROVIDERS: dict[str, Provider] = {"local": _local()}
+def _docker() -> Provider:
+    from lockcheck.cluster import containers
+
+    return containers.provider()
+
+
+def _ssh() -> Provider:
+    from lockcheck.cluster import ssh
+
+    return ssh.provider()
+
+
+PROVIDERS: dict[str, Provider] = {"local": _local(), "docker": _docker(), "ssh": _ssh()}
 
 
 def provider(name: str) -> Provider:
@@ -102,3 +132,13 @@ def provider(name: str) -> Provider:
         return PROVIDERS[name]
     except KeyError:
         raise BadInput(f"unknown provider {name!r}; available: {', '.join(PROVIDERS)}") from None
+
+
+def check_provider(p: Provider, spec: TestSpec) -> None:
+    """Refuse, with one line, a fault this provider cannot inject or options it cannot
+    use, before anything is created (exit 254, like a backend's missing capability)."""
+    for n in spec.nemesis:
+        if n in p.refused:
+            raise BadInput(f"--nemesis {n} is not available with --provider {p.name}: "
+                           f"{p.refused[n]}")
+    p.check(spec)

@@ -1,7 +1,8 @@
 """The run registry: one JSON file per live run, so leftovers of a killed run can be found.
 
-A run writes its file *before* it creates anything, and adds each namespace, bridge
-and PID as it creates them. `lockcheck cluster down` and the start of every
+A run writes its file *before* it creates anything, and adds each namespace, bridge,
+PID (and, for the docker and ssh providers, each container or remote host) as it
+creates them. `lockcheck cluster down` and the start of every
 `lockcheck test` remove whatever a dead run left behind.
 """
 
@@ -11,9 +12,10 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from lockcheck.cluster.node import pid_alive, pid_start_time
 
@@ -34,6 +36,11 @@ class RunState:
     nodes: dict[str, str] = field(default_factory=dict)  # name -> address
     services: dict[str, dict[str, object]] = field(default_factory=dict)
     created: float = 0.0
+    # which provider made it: each provider's reap cleans only its own runs
+    provider: str = "local"
+    # what that provider needs to find the run's things again (containers and network,
+    # SSH hosts and their PIDs, ...): plain JSON
+    remote: dict[str, Any] = field(default_factory=dict)
 
     def owner_alive(self) -> bool:
         return pid_alive(self.owner_pid) and pid_start_time(self.owner_pid) == self.owner_start
@@ -60,23 +67,55 @@ class Registry:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def sidecar(self, run_id: str) -> Path:
+        # the whole state of a docker or ssh run; not "*.json", so that a lockcheck
+        # without those providers (an older one, run at the same time) never reads it:
+        # it reads the main file, which keeps the fields it knows
+        return self.dir / f"{run_id}.remote"
+
     def save(self, state: RunState) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path(state.run_id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=1))
-        os.replace(tmp, self.path(state.run_id))
+        full = asdict(state)
+        if state.provider != "local" or state.remote:
+            _replace(self.sidecar(state.run_id), full)
+        _replace(self.path(state.run_id), {k: v for k, v in full.items() if k in LEGACY})
 
     def remove(self, run_id: str) -> None:
-        self.path(run_id).unlink(missing_ok=True)
+        for p in (self.path(run_id), self.sidecar(run_id)):
+            p.unlink(missing_ok=True)
+            p.with_suffix(p.suffix + ".tmp").unlink(missing_ok=True)
         self.path(run_id).with_suffix(".tmp").unlink(missing_ok=True)
 
     def all(self) -> list[RunState]:
-        out: list[RunState] = []
+        out: dict[str, RunState] = {}
         if not self.dir.is_dir():
-            return out
-        for p in sorted(self.dir.glob("*.json")):
+            return []
+        # a sidecar whose main file is gone still names a run to clean up
+        for p in [*sorted(self.dir.glob("*.remote")), *sorted(self.dir.glob("*.json"))]:
+            if p.stem in out:
+                continue
             try:
-                out.append(RunState(**json.loads(p.read_text())))
+                data = json.loads(p.read_text())
+                out[p.stem] = RunState(**{k: v for k, v in data.items() if k in FIELDS})
             except (ValueError, TypeError, OSError):
                 continue  # a torn file: its resources are still found by name
-        return out
+        return [out[k] for k in sorted(out)]
+
+
+def keep_running(state: RunState, registry: Registry,
+                 services: Mapping[str, Mapping[str, object]]) -> None:
+    """A cluster left up on purpose: `lockcheck cluster down` (or status) finds it by
+    its kind, and no reap takes it for a dead run's."""
+    state.kind = "cluster"
+    state.services = {k: dict(v) for k, v in services.items()}
+    registry.save(state)
+
+
+FIELDS = {f.name for f in fields(RunState)}
+LEGACY = FIELDS - {"provider", "remote"}  # what every lockcheck version can read
+
+
+def _replace(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)

@@ -98,8 +98,14 @@ class Partition:
             raise RuntimeError("heal failed on " + "; ".join(failed))
 
 
+def cuttable(clients: Sequence[ClientHost]) -> list[ClientHost]:
+    """The clients a partition can cut alone: those with an address of their own (plain
+    client processes share the controller's; partitions leave them out)."""
+    return [c for c in clients if c.own_network]
+
+
 def partition(ctx: RunContext) -> Partition:
-    return Partition(list(ctx.cluster.nodes), list(ctx.cluster.clients),
+    return Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
                      hold_s=ctx.spec.nemesis_interval)
 
 
@@ -113,5 +119,5 @@ def partition_primary(ctx: RunContext) -> Partition:
         a, b = with_clients(leaders, [n for n in nodes if n not in leaders], clients, rng)
         return "primary", a, b
 
-    return Partition(list(ctx.cluster.nodes), list(ctx.cluster.clients),
+    return Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
                      hold_s=ctx.spec.nemesis_interval, name="partition-primary", sides=sides)
