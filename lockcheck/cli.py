@@ -265,7 +265,7 @@ def cluster_up(**o: Any) -> int:
     spec = validate(TestSpec(backend=b.name, provider=p.name, nodes=o["nodes"] or b.default_nodes,
                              concurrency=max(1, clients), nemesis=(), subnet=subnet,
                              provider_options=options))
-    check_provider(p, spec)
+    check_provider(p, spec, lambda line: click.echo(line, err=True))
     db = b.make_db(spec)
     c = p.make(ClusterRequest(nodes=spec.nodes, clients=clients, registry=Registry(),
                               subnet=subnet, kind="cluster", options=options,

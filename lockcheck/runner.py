@@ -76,7 +76,7 @@ class Plan:
     db: DB
 
 
-def plan(spec: TestSpec) -> Plan:
+def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
@@ -91,7 +91,7 @@ def plan(spec: TestSpec) -> Plan:
     require_binaries(b.binaries)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
-    check_provider(p, spec)  # its options, and the faults it cannot inject
+    check_provider(p, spec, say)  # its options and hosts, the faults it cannot inject
     return Plan(spec, b, w, p, db)
 
 
@@ -211,7 +211,10 @@ def setup_logging(run_dir: Path) -> logging.Handler:
 
 def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
              registry: Registry | None = None) -> RunOutcome:
-    p = plan(spec)
+    def say(line: str) -> None:
+        out.write(f"{line}\n")
+
+    p = plan(spec, say)
     registry = registry or Registry()
     cleaned = p.provider.reap(registry)
     if cleaned:

@@ -216,8 +216,9 @@ class RunTrace:
                 name == f"lcb{rid}"]
         if Path(f"/tmp/lockcheck-{rid}").exists():
             out.append(f"directory /tmp/lockcheck-{rid}")
-        if (state_dir() / f"{rid}.json").exists():
-            out.append(f"registry file {state_dir() / f'{rid}.json'}")
+        for suffix in (".json", ".remote"):  # .remote: a docker or ssh run's whole state
+            if (state_dir() / f"{rid}{suffix}").exists():
+                out.append(f"registry file {state_dir() / f'{rid}{suffix}'}")
         out += self.process_leftovers()
         return out
 

@@ -18,12 +18,13 @@ import contextlib
 import ipaddress
 import os
 import signal
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockcheck.cluster.netns import LocalNode, add_host_namespace
+from lockcheck.cluster.netns import LocalNode, _kill_pids, add_host_namespace, netns_pids
 from lockcheck.cluster.node import pid_alive, pid_start_time
 from lockcheck.cluster.state import Registry, RunState
 
@@ -103,6 +104,25 @@ def kill_plain_clients(state: RunState) -> None:
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+
+
+def heal_namespaces(state: RunState) -> None:
+    """Flush the run's drop rules in its client namespaces, before anything is killed
+    (see `end_namespaces`)."""
+    chain = f"lc-{state.run_id}"
+    for ns in state.namespaces:
+        subprocess.run(["ip", "netns", "exec", ns, "iptables", "-w", "-F", chain],
+                       capture_output=True, timeout=15)
+
+
+def end_namespaces(state: RunState) -> None:
+    """Kill the client namespaces' processes, then destroy the TCP sockets they leave:
+    a socket closed while a peer's packets were dropped retransmits its FIN for
+    minutes and keeps its namespace, and its veth, alive after `ip netns del`."""
+    _kill_pids([p for ns in state.namespaces for p in netns_pids(ns)])
+    for ns in state.namespaces:
+        subprocess.run(["ip", "netns", "exec", ns, "ss", "-K", "-t", "-a"],
+                       capture_output=True, timeout=15)
 
 
 def host_addresses(subnet: ipaddress.IPv4Network, offset: int, n: int) -> list[str]:

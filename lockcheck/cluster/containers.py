@@ -26,16 +26,21 @@ import io
 import ipaddress
 import os
 import re
-import subprocess
 import tarfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.cluster import images
-from lockcheck.cluster.clienthosts import host_addresses, link_exists, make_namespaces
+from lockcheck.cluster.clienthosts import (
+    end_namespaces,
+    heal_namespaces,
+    host_addresses,
+    link_exists,
+    make_namespaces,
+)
 from lockcheck.cluster.netns import (
     CLIENT_HOST_OFFSET,
     NODE_HOST_OFFSET,
@@ -45,7 +50,7 @@ from lockcheck.cluster.netns import (
     pick_subnet,
 )
 from lockcheck.cluster.node import pid_start_time
-from lockcheck.cluster.remote import RemoteNode, in_parallel
+from lockcheck.cluster.remote import RemoteNode, in_parallel, timed_out
 from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
@@ -98,11 +103,10 @@ class DockerShell:
         if stdin is not None:
             raise ValueError("docker exec here takes no input; write files with write()")
         # `timeout` inside the container: an exec has no deadline of its own
+        t0 = time.monotonic()
         code, (out, err) = self.container.exec_run(
             ["timeout", "-k", "2", f"{timeout:g}", *argv], demux=True)
-        if code == 124:
-            raise subprocess.TimeoutExpired(list(argv), timeout)
-        return int(code), out or b"", err or b""
+        return timed_out(argv, timeout, int(code), time.monotonic() - t0), out or b"", err or b""
 
     def write(self, path: str, data: bytes) -> None:
         if len(data) <= ARG_LIMIT:
@@ -268,6 +272,7 @@ def remove_run(state: RunState, registry: Registry, client: Any | None = None) -
 
     client = client or connect()
     rid = state.run_id
+    heal_namespaces(state)  # before the processes go (clienthosts.heal_namespaces)
     names = set(state.remote.get("containers", []))
     names |= {c.name for c in client.containers.list(all=True, filters={"label": f"{LABEL}={rid}"})}
     for name in sorted(names):
@@ -276,7 +281,8 @@ def remove_run(state: RunState, registry: Registry, client: Any | None = None) -
     for net in client.networks.list(filters={"label": f"{LABEL}={rid}"}):
         with contextlib.suppress(docker.errors.NotFound):
             net.remove()
-    destroy(state, registry)  # client namespaces, their processes, /tmp/lockcheck-<id>
+    end_namespaces(state)
+    destroy(state, registry)  # client namespaces, /tmp/lockcheck-<id>, the registry entry
 
 
 def require_image(client: Any, image: str) -> None:
@@ -353,7 +359,7 @@ def prerequisites() -> str | None:
     return None
 
 
-def check(spec: TestSpec) -> None:
+def check(spec: TestSpec, say: Callable[[str], None]) -> None:
     """Before anything exists: a daemon answers and has the node image."""
     require_image(connect(), str(spec.provider_options.get("image", images.IMAGE)))
 

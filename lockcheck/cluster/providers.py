@@ -51,9 +51,9 @@ class Provider:
     max_clients: int
     check_subnet: Callable[[str], None] = lambda subnet: None  # raises BadInput
     # before anything exists: the provider's options and what it can do for this spec
-    # (a nodes file that does not parse, a missing image, a fault it cannot inject);
-    # raises BadInput
-    check: Callable[[TestSpec], None] = lambda spec: None
+    # (a nodes file that does not parse, a host that cannot be logged in to, a missing
+    # image, a fault it cannot inject); raises BadInput; says what the user must know
+    check: Callable[[TestSpec, Callable[[str], None]], None] = lambda spec, say: None
     # nemesis -> why this provider can never inject it (refused before the run)
     refused: Mapping[str, str] = field(default_factory=dict)
     # nemesis -> how this provider does it where that differs from the local provider
@@ -134,11 +134,12 @@ def provider(name: str) -> Provider:
         raise BadInput(f"unknown provider {name!r}; available: {', '.join(PROVIDERS)}") from None
 
 
-def check_provider(p: Provider, spec: TestSpec) -> None:
+def check_provider(p: Provider, spec: TestSpec,
+                   say: Callable[[str], None] = lambda line: None) -> None:
     """Refuse, with one line, a fault this provider cannot inject or options it cannot
     use, before anything is created (exit 254, like a backend's missing capability)."""
     for n in spec.nemesis:
         if n in p.refused:
             raise BadInput(f"--nemesis {n} is not available with --provider {p.name}: "
                            f"{p.refused[n]}")
-    p.check(spec)
+    p.check(spec, say)

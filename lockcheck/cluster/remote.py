@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-# $1 log file; the rest is the command. Prints "PID START" (START "-" if the process
+# $1 log file (its folder made, as the local provider does); the rest is the command.
+# Prints "PID START" (START "-" if the process
 # was already gone). In a non-interactive sh a background job is not a process group
 # leader, so `setsid` execs in place: $! is the daemon itself.
 LAUNCH = r'''log=$1; shift
+mkdir -p "$(dirname "$log")" || exit 1
 setsid "$@" </dev/null >>"$log" 2>&1 &
 pid=$!
 stat=$(cat "/proc/$pid/stat" 2>/dev/null) || { echo "$pid -"; exit 0; }
@@ -96,6 +98,14 @@ def completed(argv: Sequence[str], code: int, out: bytes, err: bytes,
     if check and code != 0:
         raise subprocess.CalledProcessError(code, list(argv), r.stdout, r.stderr)
     return r
+
+
+def timed_out(argv: Sequence[str], timeout: float, code: int, elapsed: float) -> int:
+    """The exit code of `timeout -k 2 T argv`: 124 is our `timeout` firing only if the
+    command really ran that long (a command may exit 124 by itself)."""
+    if code in (124, 137) and elapsed >= timeout:
+        raise subprocess.TimeoutExpired(list(argv), timeout)
+    return code
 
 
 def signal_name(sig: int) -> str:

@@ -27,7 +27,6 @@ import contextlib
 import hashlib
 import os
 import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.cluster.clienthosts import (
+    end_namespaces,
+    heal_namespaces,
     kill_plain_clients,
     link_exists,
     make_namespaces,
@@ -45,7 +46,13 @@ from lockcheck.cluster.netns import LocalNode, destroy, new_run_id
 from lockcheck.cluster.node import pid_start_time
 from lockcheck.cluster.nodes_file import HOST_KEYS, Host, NodesFile
 from lockcheck.cluster.nodes_file import load as load_nodes_file
-from lockcheck.cluster.remote import RemoteNode, in_parallel, kill_recorded, remove_rules
+from lockcheck.cluster.remote import (
+    RemoteNode,
+    in_parallel,
+    kill_recorded,
+    remove_rules,
+    timed_out,
+)
 from lockcheck.cluster.ssh_session import SessionBroken, SessionPool
 from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
@@ -153,13 +160,12 @@ class SSHShell:
             stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
         # `timeout` on the host: a command that hangs there ends there too
         command = shlex.join(["timeout", "-k", "2", f"{timeout:g}", *argv])
+        t0 = time.monotonic()
         try:
             code, out, err = self._pool().call(command, stdin, timeout)
         except SessionBroken as e:
             raise OSError(f"{self.host.name} ({self.where}): {e}") from None
-        if code == 124:
-            raise subprocess.TimeoutExpired(list(argv), timeout)
-        return code, out, err
+        return timed_out(argv, timeout, code, time.monotonic() - t0), out, err
 
     def write(self, path: str, data: bytes) -> None:
         code, _, err = self.run(["sh", "-c", WRITE, "sh", path], timeout=30.0, stdin=data)
@@ -210,10 +216,10 @@ def login(host: Host, keys: HostKeys, timeout: float, scratch: str) -> SSHShell:
         raise
     except paramiko.BadHostKeyException as e:
         client.close()
-        raise BadInput(f"the host key of {where} is not the one in {keys.known_hosts} "
-                       f"({e.key.get_name()} {fingerprint(e.key)}): refusing; if the host "
-                       f"was rebuilt, remove its old key with ssh-keygen -f "
-                       f"{keys.known_hosts} -R '{e.hostname}'") from None
+        raise BadInput(f"{where} offers the host key {e.key.get_name()} "
+                       f"{fingerprint(e.key)}, which is not the one in {keys.known_hosts}: "
+                       "refusing; if the host was rebuilt, remove its old key with "
+                       f"ssh-keygen -f {keys.known_hosts} -R '{e.hostname}'") from None
     except paramiko.AuthenticationException as e:
         client.close()
         key = f"key {host.key}" if host.key else "the SSH agent or ~/.ssh keys"
@@ -509,9 +515,11 @@ def remove_run(state: RunState, registry: Registry,
         except Exception as e:
             failed[name] = str(e)
 
+    heal_namespaces(state)  # first: see there
     with contextlib.suppress(Exception):
         in_parallel(entries, one)
     kill_plain_clients(state)
+    end_namespaces(state)
     destroy(state, registry)
     if failed:
         state.remote["hosts"] = {n: e for n, e in remote.get("hosts", {}).items()
@@ -570,7 +578,9 @@ def prerequisites() -> str | None:
     return None
 
 
-def check(spec: TestSpec) -> None:
+def check(spec: TestSpec, say: Callable[[str], None]) -> None:
+    """Before anything exists: the nodes file, what the faults need of the clients,
+    and a login to each host that will be used (host key, key, root)."""
     nf = _nodes_file(spec.provider_options)
     if spec.nodes > len(nf.hosts):
         raise BadInput(f"--nodes {spec.nodes}: {nf.path} lists only {len(nf.hosts)} host(s)")
@@ -585,17 +595,32 @@ def check(spec: TestSpec) -> None:
                 raise BadInput(f"--nemesis {n} cuts clients off one by one: with "
                                "--provider ssh that needs client namespaces (`clients:` "
                                "in the nodes file, docs/providers.md)")
-        return
-    from lockcheck.preflight import is_root
+    else:
+        from lockcheck.preflight import is_root
 
-    if not is_root():
-        raise BadInput("client namespaces (`clients:` in the nodes file) need root")
-    if not link_exists(nf.clients.link):
-        raise BadInput(f"{nf.path}: clients.link {nf.clients.link} is not an interface "
-                       "of this machine")
-    if spec.concurrency > len(nf.clients.addresses):
-        raise BadInput(f"--concurrency {spec.concurrency}: {nf.path} gives only "
-                       f"{len(nf.clients.addresses)} client address(es)")
+        if not is_root():
+            raise BadInput("client namespaces (`clients:` in the nodes file) need root")
+        if not link_exists(nf.clients.link):
+            raise BadInput(f"{nf.path}: clients.link {nf.clients.link} is not an interface "
+                           "of this machine")
+        if spec.concurrency > len(nf.clients.addresses):
+            raise BadInput(f"--concurrency {spec.concurrency}: {nf.path} gives only "
+                           f"{len(nf.clients.addresses)} client address(es)")
+    keys = HostKeys(nf.known_hosts, bool(spec.provider_options.get("accept_new_host_keys")),
+                    say)
+    in_parallel(list(nf.hosts[: spec.nodes]), lambda h: can_log_in(h, keys, nf.connect_timeout))
+
+
+def can_log_in(host: Host, keys: HostKeys, timeout: float) -> None:
+    """Log in and run one command as root; one line saying why not."""
+    shell = login(host, keys, timeout, "")
+    try:
+        code = shell.exec_once(["true"], timeout=30.0)
+        if code != 0:
+            raise BadInput(f"cannot run commands as root on {host.name} ({shell.where})"
+                           f"{' with sudo -n (it asks for a password?)' if host.sudo else ''}")
+    finally:
+        shell.client.close()  # no session was opened: nothing to remove there
 
 
 def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
