@@ -70,6 +70,15 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _etcd(**kw: Any) -> Backend:
+    """etcd 3.4 backends: our client of etcd's v3lock service over the JSON gateway."""
+    base: dict[str, Any] = dict(
+        family="etcd", db="lockcheck.cluster.etcd:EtcdDB",
+        client="lockcheck.locks.etcd:make_clients", library="requests",
+        binaries=("etcd",), default_nodes=3)
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -80,6 +89,36 @@ BACKENDS: dict[str, Backend] = {
             fence="INCR of a per-name counter in the same Lua script as the grant",
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
+        ),
+        _etcd(
+            name="etcd",
+            description="etcd 3.4 cluster: v3lock (the server-side Mutex recipe) over the "
+                        "JSON gateway with a lease per grant, renewed by keepalive, released "
+                        "by revoke; a watcher thread reports a lost lease",
+            fence="create_revision of the lock key (cluster-wide monotonic, one per grant)",
+            expect="safe under partition, kill and pause; a holder paused past its lease "
+                   "(client-pause) gives overlapping holders, which the fence stops at "
+                   "the resource",
+        ),
+        _etcd(
+            name="etcd-lease-fence",
+            description="etcd as above, but the lease ID is used as the fence (etcd's own "
+                        "contrib/lock example); workers start on different members",
+            fence="lease ID (high bits: the member that granted it; not monotonic)",
+            expect="fences go backwards across members even without faults: the fencing "
+                   "checker reports regressions and the fenced resource refuses current "
+                   "holders",
+            options={"fence": "lease"}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd-no-keepalive",
+            description="etcd as above, but nothing keeps the lease alive: renew() only "
+                        "extends the client's own belief (a keepalive thread that died "
+                        "silently)",
+            fence="create_revision of the lock key",
+            expect="a critical section longer than the lease (--hold-ms above 2 s) overlaps "
+                   "the next holder with no fault at all",
+            options={"keepalive": False}, unsafe=True,
         ),
     ]
 }
