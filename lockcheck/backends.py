@@ -120,6 +120,16 @@ BACKENDS: dict[str, Backend] = {
                    "the next holder with no fault at all",
             options={"keepalive": False}, unsafe=True,
         ),
+        _etcd(
+            name="etcd3gw-with",
+            description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
+                        "`with`, which enters whether or not acquire() got the lock",
+            client="lockcheck.locks.etcd3gw_lock:make_clients", library="etcd3gw",
+            fence=None,
+            expect="overlapping holders with no fault at all: every contended acquire "
+                   "enters the critical section; the release then says not-owner",
+            unsafe=True,
+        ),
     ]
 }
 

@@ -139,17 +139,30 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+def http_session() -> requests.Session:
+    """No retries, no proxies from the environment (traffic stays on the run's bridge),
+    and a fresh connection per request, so a refused or timed-out connect certainly
+    sent nothing."""
+    session = requests.Session()
+    session.trust_env = False
+    session.headers["Connection"] = "close"
+    session.mount("http://", HTTPAdapter(max_retries=0))
+    return session
+
+
+def server_ttl_s(ttl_ms: int) -> int:
+    """etcd grants whole seconds (and at least 1.5x its election timeout); the client's
+    own lease clock keeps counting `ttl_ms`, the shorter of the two."""
+    return max(1, -(-ttl_ms // 1000))
+
+
 class Gateway:
     """JSON calls to an etcd cluster, one member at a time, moving on after an error."""
 
     def __init__(self, endpoints: Sequence[str], first: int = 0) -> None:
         self.endpoints = list(endpoints)
         self.at = first % len(self.endpoints)
-        self.http = requests.Session()
-        self.http.trust_env = False  # no proxy from the environment: stay on the bridge
-        self.http.headers["Connection"] = "close"  # a fresh connect tells "never sent"
-        adapter = HTTPAdapter(max_retries=0)
-        self.http.mount("http://", adapter)
+        self.http = http_session()
 
     def move_on(self) -> None:
         self.at = (self.at + 1) % len(self.endpoints)
@@ -164,7 +177,7 @@ class Gateway:
             self.move_on()
             raise
         if r.status_code != 200:
-            err = _reply_error(r.text, r.status_code)
+            err = reply_error(r.text, r.status_code)
             if err.code not in DEFINITE_CODES:
                 self.move_on()
             raise err
@@ -173,14 +186,14 @@ class Gateway:
             raise rqe.JSONDecodeError("not an object", r.text, 0)
         # a streaming call (keepalive) reports its error inside a 200 reply
         if isinstance(data.get("error"), dict):
-            raise _reply_error(r.text, r.status_code, data["error"])
+            raise reply_error(r.text, r.status_code, data["error"])
         return data
 
     def close(self) -> None:
         self.http.close()
 
 
-def _reply_error(text: str, status: int, err: Mapping[str, Any] | None = None
+def reply_error(text: str, status: int, err: Mapping[str, Any] | None = None
                  ) -> EtcdReplyError:
     if err is None:
         try:
@@ -245,9 +258,7 @@ class EtcdLockClient:
         self.fence_source = fence
         self.keepalive = keepalive
         self.gateway = Gateway(endpoints, first)
-        # etcd grants whole seconds (and at least 1.5x its election timeout); our own
-        # lease clock keeps counting `ttl_ms`, the shorter of the two
-        self.server_ttl_s = max(1, -(-ttl_ms // 1000))
+        self.server_ttl_s = server_ttl_s(ttl_ms)
         self.leases: dict[str, int] = {}  # token -> lease ID
         self.watcher = (LeaseWatcher(Gateway(endpoints, first), ttl_ms / 4000.0,
                                      op_timeout_s) if keepalive else None)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import etcd3gw.exceptions as gwx
 import pytest
 import requests.exceptions as rqe
 from urllib3.exceptions import (
@@ -47,22 +48,13 @@ from lockcheck.locks.etcd import (
     b64,
     mapped_errors,
 )
+from lockcheck.locks.etcd3gw_lock import Etcd3gwWithClient
+from lockcheck.locks.etcd3gw_lock import mapped_errors as gw_mapped_errors
+from tests.unit.error_kinds import error_kind
 
 
 def kind_of(exc: BaseException) -> tuple[str, str]:
-    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised inside."""
-    try:
-        with mapped_errors():
-            raise exc
-    except NotOwner as e:
-        return "NotOwner", str(e)
-    except Definite as e:
-        return "Definite", str(e)
-    except Indefinite as e:
-        return "Indefinite", str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
-    raise AssertionError("unreachable")
+    return error_kind(mapped_errors, exc)
 
 
 # -- part 1: every exception class ------------------------------------------------------
@@ -439,4 +431,120 @@ def test_the_watcher_marks_a_lease_the_service_no_longer_has() -> None:
         while not lease.lost and time.monotonic() < deadline:
             time.sleep(0.02)
         c.close()
+    assert lease.lost
+
+
+# -- etcd3gw (the `etcd3gw-with` variant) ------------------------------------------------
+
+
+def raised_from(exc: gwx.Etcd3Exception, cause: BaseException | None) -> gwx.Etcd3Exception:
+    """`exc` as etcd3gw raises it: inside the `except` of `cause`, if any."""
+    if cause is None:
+        return exc
+    try:
+        try:
+            raise cause
+        except BaseException:
+            raise exc from None  # etcd3gw sets no cause; keep the context
+    except gwx.Etcd3Exception as e:
+        e.__suppress_context__ = False
+        return e
+
+
+def lease_gone_text() -> str:
+    return json.dumps({"error": "etcdserver: requested lease not found", "code": 5,
+                       "message": "etcdserver: requested lease not found"})
+
+
+# (name, exception, expected kind)
+GW_TABLE: list[tuple[str, BaseException, str]] = [
+    # etcd3gw folds these pairs into one class; the requests exception it came from
+    # tells them apart
+    ("ConnectionFailedError refused", raised_from(gwx.ConnectionFailedError("x"), REFUSED),
+     "Definite"),
+    ("ConnectionFailedError hung up", raised_from(gwx.ConnectionFailedError("x"), HUNG_UP),
+     "Indefinite"),
+    ("ConnectionTimeoutError connect", raised_from(gwx.ConnectionTimeoutError("x"),
+                                                   rqe.ConnectTimeout("x")), "Definite"),
+    ("ConnectionTimeoutError read", raised_from(gwx.ConnectionTimeoutError("x"),
+                                                rqe.ReadTimeout("x")), "Indefinite"),
+    # HTTP statuses
+    ("ConnectionTimeoutError 504", gwx.ConnectionTimeoutError("", "Gateway Timeout"),
+     "Indefinite"),
+    ("ConnectionFailedError 503", gwx.ConnectionFailedError("", "Service Unavailable"),
+     "Indefinite"),
+    ("InternalServerError lease gone", gwx.InternalServerError(lease_gone_text(), "x"),
+     "NotOwner"),
+    ("InternalServerError timed out", gwx.InternalServerError(json.dumps(
+        {"code": 14, "message": "etcdserver: request timed out"}), "x"), "Indefinite"),
+    ("PreconditionFailedError", gwx.PreconditionFailedError("", "Precondition Failed"),
+     "Definite"),
+    ("Etcd3Exception 400", gwx.Etcd3Exception(json.dumps(
+        {"code": 3, "message": "bad request"}), "Bad Request"), "Definite"),
+    ("Etcd3Exception own", gwx.Etcd3Exception("lease must be acquired first"),
+     "Indefinite"),
+    ("WatchTimedOut", gwx.WatchTimedOut(), "Indefinite"),
+    ("ApiVersionDiscoveryFailedError", gwx.ApiVersionDiscoveryFailedError("x"), "Definite"),
+]
+
+
+@pytest.mark.parametrize(("exc", "kind"), [t[1:] for t in GW_TABLE],
+                         ids=[t[0] for t in GW_TABLE])
+def test_etcd3gw_mapping_table(exc: BaseException, kind: str) -> None:
+    assert error_kind(gw_mapped_errors, exc)[0] == kind
+
+
+def test_every_etcd3gw_exception_class_is_in_the_table() -> None:
+    classes = {n for n, c in inspect.getmembers(gwx, inspect.isclass)
+               if issubclass(c, gwx.Etcd3Exception)}
+    assert classes - {type(t[1]).__name__ for t in GW_TABLE} == set()
+
+
+def gw_client(url: str) -> Etcd3gwWithClient:
+    return Etcd3gwWithClient(url, ttl_ms=1000, op_timeout_s=0.3)
+
+
+def test_etcd3gw_with_enters_although_the_lock_was_refused() -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def answer(path: str, body: dict[str, Any]) -> Reply:
+        if path == GRANT:
+            return GRANTED
+        if path == "/v3/kv/txn" and "success" in body and "failure" in body:
+            return (200, {"succeeded": False})  # somebody else holds /locks/k0
+        return (200, {"succeeded": False})  # the release: the value is not ours
+
+    with fake_gateway(answer, seen) as url:
+        c = gw_client(url)
+        lease = c.acquire("k0")
+        assert lease is not None and lease.fence is None  # entered anyway
+        with pytest.raises(NotOwner):
+            c.release(lease)
+        c.close()
+    assert [p for p, _ in seen] == [GRANT, "/v3/kv/txn", "/v3/kv/txn"]
+    assert seen[1][1]["compare"][0]["key"] == b64("/locks/k0")
+
+
+def test_etcd3gw_refused_is_definite_and_no_answer_indefinite() -> None:
+    with pytest.raises(Definite) as ei:
+        gw_client(f"http://127.0.0.1:{free_port()}").acquire("k0")
+    assert not isinstance(ei.value, NotOwner)
+    with fake_gateway(lambda path, body: "hang") as url, pytest.raises(Indefinite):
+        gw_client(url).acquire("k0")
+
+
+def test_etcd3gw_refresh_of_a_lost_lease_is_not_owner() -> None:
+    def answer(path: str, body: dict[str, Any]) -> Reply:
+        if path == GRANT:
+            return GRANTED
+        if path == KEEPALIVE:
+            return (200, {"result": {"ID": "42"}})  # no TTL: expired
+        return (200, {"succeeded": True})
+
+    with fake_gateway(answer) as url:
+        c = gw_client(url)
+        lease = c.acquire("k0")
+        assert lease is not None
+        with pytest.raises(NotOwner):
+            c.renew(lease)
     assert lease.lost
