@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from checker.histories import H
-
 from lockcheck.results.faults import fault_windows, merged
+from tests.checker.histories import H
 
 
 def test_legacy_pairs_by_f() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from checker.histories import H
 
 from lockcheck.checker.analyze import analyze
 from lockcheck.results.metrics import compute_metrics, distribution
+from tests.checker.histories import H
 
 MS = 1_000_000  # every acquire and renew below has a TTL of 1000 ms
 TEST: dict[str, Any] = {"workload": "mutex", "ttl_ms": 1000, "clock_drift": 0.0}
