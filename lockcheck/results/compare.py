@@ -33,6 +33,7 @@ WORKLOAD_ORDER = ("mutex", "fenced", "fenced (unfenced resource)")
 STATUS_ORDER = ("unsafe", "error", "unknown", "safe", "refused")  # worst first
 ICON = {"safe": "✅", "unsafe": "❌", "unknown": "❓", "error": "⚠️", "refused": "⛔"}
 # in HTML: glyphs every font has (a headless browser or a bare desktop has no emoji font)
+FENCE_HELD = "the lock failed, the fence held"
 GLYPH = {"safe": "✓", "unsafe": "✗", "unknown": "?", "error": "!", "refused": "&ndash;"}
 LEGEND = ("violations by kind; fencing saves (stale writes the resource rejected); granted: "
           "the share of acquire attempts that got the lock (a busy lock counts against it), "
@@ -293,8 +294,8 @@ def overview(c: Comparison) -> Overview:
     limits = sorted({f"{r.time_limit:g} s" for r in runs
                      if isinstance(r.time_limit, (int, float))})
     ran = (f"{_plural(len(runs), 'run', 'runs')}{when}: "
-           f"{_plural(len(backends), 'backend', 'backends')} ({', '.join(backends)}) &times; "
-           f"{_plural(len(nemeses), 'nemesis', 'nemeses')} ({', '.join(nemeses)}) &times; "
+           f"{_plural(len(backends), 'backend', 'backends')} ({', '.join(backends)}) \u00d7 "
+           f"{_plural(len(nemeses), 'nemesis', 'nemeses')} ({', '.join(nemeses)}) \u00d7 "
            f"{_plural(len(c.workloads), 'workload', 'workloads')} ({', '.join(c.workloads)})"
            + (f", {' / '.join(limits)} each." if limits else "."))
     versions: dict[str, set[str]] = {}
@@ -383,7 +384,7 @@ def _links(cell: CellView, out_dir: Path, md: bool) -> list[str]:
 def _cell_lines(cell: CellView, nemesis: str) -> list[str]:
     lines = []
     if cell.status == "safe" and cell.total("overlaps") and cell.saves:
-        lines.append("the lock failed, the fence held")
+        lines.append(FENCE_HELD)
     v = cell.violation_parts()
     if v:
         lines.append(", ".join(v))
@@ -417,7 +418,8 @@ def _html_cell(cell: CellView, nemesis: str, out_dir: Path) -> str:
     if not cell.runs:
         return '<td class="cell empty">not run</td>'
     tally = f" ({cell.tally()})" if cell.tally() else ""
-    lines = "".join(f"<div>{esc(s)}</div>" for s in _cell_lines(cell, nemesis))
+    lines = "".join(f"<div><b>{esc(s)}</b></div>" if s == FENCE_HELD else f"<div>{esc(s)}</div>"
+                    for s in _cell_lines(cell, nemesis))
     links = " ".join(_links(cell, out_dir, md=False))
     title = esc(" | ".join(r.summary for r in cell.runs)[:600])
     return (f'<td class="cell {cell.status}" data-status="{cell.status}" title="{title}">'

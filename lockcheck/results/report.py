@@ -377,11 +377,13 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
     if results.get("failure"):
         problems += f'<p><b>The harness failed mid-run:</b> {esc(results["failure"])}</p>'
     acq_total = (metrics.get("acquire") or {}).get("attempts", 0)
+    resource = (f" · resource <b>{esc(test.get('resource', '?'))}</b>"
+                if test.get("workload") == "fenced" else "")
     body = f"""
 <header class="top"><h1>{esc(name)}</h1>{badge(valid, verdict_word(valid))}</header>
 <p class="muted small">backend <b>{esc(test.get("backend", "?"))}</b> · workload
-<b>{esc(test.get("workload", "?"))}</b> · nemesis <b>{esc(nem)}</b> · resource
-{esc(test.get("resource", "-"))} · {esc(test.get("time_limit", "?"))} s · started
+<b>{esc(test.get("workload", "?"))}</b> · nemesis <b>{esc(nem)}</b>{resource} ·
+{esc(test.get("time_limit", "?"))} s · started
 {esc(test.get("started", "?"))} · seed {esc(test.get("seed", "?"))} · run {esc(run_dir.name)}</p>
 <p class="summary verdict-{verdict_class(valid)}">{esc(results.get("summary", ""))}</p>
 <nav class="toc"><a href="#timeline">timeline</a><a href="#plots">plots</a>

@@ -18,14 +18,18 @@ from tests.reports.synthetic import make_run
 def results_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("results")
     kill = ("kill",)
-    make_run(root / "simlock-fenced-kill" / "r1", ops=3000, backend="simlock", nemesis=kill)
-    make_run(root / "simlock-fenced-unfenced-kill" / "r1", ops=3000, backend="simlock",
+    make_run(root / "simlock-fenced-kill" / "r1", ops=2000, backend="simlock", nemesis=kill)
+    make_run(root / "simlock-fenced-unfenced-kill" / "r1", ops=2000, backend="simlock",
              resource="unfenced", nemesis=kill)
     for r, seed in (("r1", 1), ("r2", 2)):
-        make_run(root / "simlock-mutex-kill" / r, ops=3000, backend="simlock", seed=seed,
+        make_run(root / "simlock-mutex-kill" / r, ops=2000, backend="simlock", seed=seed,
                  workload="mutex", nemesis=kill)
+    # no fault in 300 ops: a safe cell, and a safe run in the unsafe cell (it must not
+    # hide the two that lost mutual exclusion)
     make_run(root / "simlock-mutex-none" / "r1", ops=300, backend="simlock", workload="mutex",
-             nemesis=(), interval_ms=10**6)  # no fault in 300 ops: a safe cell
+             nemesis=(), interval_ms=10**6)
+    make_run(root / "simlock-mutex-kill" / "r3", ops=300, backend="simlock", workload="mutex",
+             nemesis=kill, interval_ms=10**6)
     # a run that crashed before it left a folder, as test-all records it
     record = new_run_dir(root, "test-all")
     cell = Cell("otherlock", "mutex", "kill")
@@ -63,7 +67,7 @@ def test_rows_backends_columns_nemeses_per_workload(built: tuple[str, str, Path]
     assert md_header(md, "mutex") == ["none", "kill"]
     none, kill = md_row(md, "mutex", "simlock")
     assert none.startswith("✅ **safe**")
-    assert kill.startswith("❌ **unsafe** (2/2)") and "overlap" in kill
+    assert kill.startswith("❌ **unsafe** (2/3)") and "overlap" in kill
     assert "granted" in kill and "p50/p99" in kill
     assert md_row(md, "mutex", "otherlock")[1].startswith("⚠️ **error**")
     assert md_row(md, "mutex", "otherlock")[0] == ""  # not run
@@ -81,7 +85,7 @@ def test_fence_caught_it_and_where_it_did_not(built: tuple[str, str, Path]) -> N
     assert "Stale writes reached the resource: simlock under kill" in top
     assert "Mutual exclusion was lost by simlock under kill" in top
     assert "otherlock under kill (mutex, error)" in top
-    assert "6 runs" in top and "Versions:" in top
+    assert "7 runs" in top and "Versions:" in top
 
 
 def test_links_to_every_runs_report_and_to_the_crash_log(results_root: Path,
@@ -89,7 +93,7 @@ def test_links_to_every_runs_report_and_to_the_crash_log(results_root: Path,
     index, md, out = built
     links = re.findall(r"\]\(([^)]+)\)", md)
     reports = [ln for ln in links if "report.html" in ln]
-    assert len(reports) == 5  # every run that left a folder
+    assert len(reports) == 6  # every run that left a folder
     for ln in reports:
         assert (out / ln.split("#")[0]).resolve().is_file()  # compare wrote missing reports
     assert any(ln.endswith("001-otherlock-mutex-kill-1.log") for ln in links)

@@ -17,5 +17,6 @@
     imgs.forEach(function (i) { if (i.complete && i.naturalWidth > 0) { ok++; } });
     document.documentElement.setAttribute("data-images", String(imgs.length));
     document.documentElement.setAttribute("data-images-loaded", String(ok));
+    document.documentElement.setAttribute("data-load-ms", String(Math.round(performance.now())));
   });
 })();

@@ -48,8 +48,14 @@
     laneMax[S.k[i]][S.l[i]] = Math.max(laneMax[S.k[i]][S.l[i]], S.e[i] - S.s[i]);
   }
   laneSecs.forEach(function (ls) { ls.forEach(function (a) { a.sort(function (x, y) { return S.s[x] - S.s[y]; }); }); });
-  var flagged = {};
-  T.viols.forEach(function (v) { v.secs.forEach(function (s) { flagged[s] = true; }); });
+  var flagged = {};  // section -> kinds of the violations it is part of
+  T.viols.forEach(function (v) {
+    v.secs.forEach(function (s) { (flagged[s] = flagged[s] || []).push(v.kind); });
+  });
+  function isFlagged(n) {
+    var ks = flagged[n];
+    return !!ks && ks.some(function (k) { return enabled[k]; });
+  }
   var laneWrites = T.keys.map(function (_, k) { return T.lanes[k].map(function () { return []; }); });
   for (i = 0; i < W.t.length; i++) { laneWrites[W.k[i]][W.l[i]].push(i); }
 
@@ -145,7 +151,7 @@
           var a = X(S.s[n]), w = Math.max(1, (S.e[n] - S.s[n]) / px);
           c.fillStyle = REASON_COLORS[T.reasons[S.r[n]]];
           c.fillRect(a, ly + 2, w, LANE_H - 3);
-          if (flagged[n]) {
+          if (isFlagged(n)) {
             c.strokeStyle = "#c0392b"; c.lineWidth = 2;
             c.strokeRect(a - 1, ly + 1, w + 2, LANE_H - 1); c.lineWidth = 1;
           }
@@ -375,6 +381,18 @@
   if (h) { setView(parseFloat(h[1]) * 1e6, parseFloat(h[2]) * 1e6); draw(); }
   else if (hv && T.viols[+hv[1] - 1]) { focus(+hv[1] - 1); draw(); }
   var root = document.documentElement;
+  if (/bench/.test(location.hash)) {
+    // #bench: time redraws while zooming in from the whole run (benchmarks/bench_report.py)
+    var times = [];
+    for (var z = 0; z < 20; z++) {
+      zoom(0.7);
+      var tz = performance.now(); draw(); times.push(performance.now() - tz);
+    }
+    setView(0, tEnd);
+    var tz0 = performance.now(); draw(); times.push(performance.now() - tz0);
+    root.setAttribute("data-redraw-ms-max", String(Math.round(Math.max.apply(null, times))));
+    root.setAttribute("data-redraw-ms-mean", String(Math.round(times.reduce(function (a, b) { return a + b; }, 0) / times.length)));
+  }
   root.setAttribute("data-timeline-bars", String(S.s.length));
   root.setAttribute("data-timeline-drawn", String(drawn));
   root.setAttribute("data-timeline-ms", String(Math.round(performance.now() - t0)));
