@@ -219,6 +219,7 @@ class CellState:
     verdict: str = "pending"  # pending, running, safe, unsafe, unknown, error, refused, ...
     seconds: float = 0.0
     note: str = ""
+    since: float = 0.0  # when it started running
 
 
 @dataclass
@@ -233,8 +234,9 @@ class MatrixDisplay:
     @staticmethod
     def start(out: IO[str], names: Sequence[str]) -> MatrixDisplay:
         d = MatrixDisplay(out, [CellState(n) for n in names])
-        if out.isatty():
-            d.live = Live(d._render(), console=_console(out), refresh_per_second=2)
+        if out.isatty():  # redrawn twice a second, so the running cell's time ticks
+            d.live = Live(console=_console(out), refresh_per_second=2,
+                          get_renderable=d._render)
             d.live.start()
         else:
             out.write(f"test-all: {len(names)} runs\n")
@@ -245,12 +247,14 @@ class MatrixDisplay:
         done = [c for c in self.cells if c.verdict not in ("pending", "running")]
         bar = ProgressBar(total=max(1, len(self.cells)), completed=len(done), width=40)
         t = Table.grid(padding=(0, 2))
+        now = time.monotonic()
         for c in self.cells:
             if c.verdict == "pending":
                 continue
             style = VERDICT_STYLE.get(c.verdict, "cyan" if c.verdict == "running" else "")
-            t.add_row(c.name, Text(c.verdict, style=style),
-                      f"{c.seconds:.0f}s" if c.seconds else "", c.note)
+            secs = now - c.since if c.verdict == "running" else c.seconds
+            t.add_row(c.name, Text(c.verdict, style=style), f"{secs:.0f}s" if secs else "",
+                      c.note)
         left = len(self.cells) - len(done)
         head = Text(f"{len(done)} done, {left} left, "
                     f"{time.monotonic() - self.started:.0f}s elapsed")
@@ -260,8 +264,10 @@ class MatrixDisplay:
     def set(self, i: int, verdict: str, seconds: float = 0.0, note: str = "") -> None:
         c = self.cells[i]
         c.verdict, c.seconds, c.note = verdict, seconds, note
+        if verdict == "running":
+            c.since = time.monotonic()
         if self.live is not None:
-            self.live.update(self._render(), refresh=True)
+            self.live.refresh()
             return
         done = sum(1 for x in self.cells if x.verdict not in ("pending", "running"))
         if verdict == "running":

@@ -53,8 +53,15 @@ def fault_colors(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _figure(height: float = 3.0) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(12.4, height), dpi=96, layout="constrained")
+WIDTH_IN = 12.4
+
+
+def _figure(height: float = 3.0, left_in: float = 0.75) -> tuple[Figure, Any]:
+    # fixed margins in inches (room for the labels, the legend on the right): a
+    # constrained layout would cost half of each plot's drawing time
+    fig = Figure(figsize=(WIDTH_IN, height), dpi=96)
+    fig.subplots_adjust(left=left_in / WIDTH_IN, right=1 - 2.1 / WIDTH_IN,
+                        bottom=0.5 / height, top=1 - 0.15 / height)
     ax = fig.subplots()
     ax.tick_params(labelsize=8)
     for side in ("top", "right"):
@@ -203,7 +210,7 @@ def availability_bars(av: Mapping[str, Any], colors: Mapping[str, str]) -> Plot:
     ]
     for name, entry in (av.get("faults") or {}).items():
         scopes.append((name, entry, colors.get(name, "#999999")))
-    fig, ax = _figure(0.9 + 0.42 * len(scopes))
+    fig, ax = _figure(0.9 + 0.42 * len(scopes), left_in=1.3)
     ys = np.arange(len(scopes))[::-1]
     for y, (_label, entry, color) in zip(ys, scopes, strict=True):
         share = entry.get("share") or 0.0
