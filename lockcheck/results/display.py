@@ -258,7 +258,9 @@ class MatrixDisplay:
         left = len(self.cells) - len(done)
         head = Text(f"{len(done)} done, {left} left, "
                     f"{time.monotonic() - self.started:.0f}s elapsed")
-        return Panel(Group(bar, head, t), title="lockcheck test-all", title_align="left",
+        top = Table.grid(padding=(0, 2))
+        top.add_row(bar, head)
+        return Panel(Group(top, t), title="lockcheck test-all", title_align="left",
                      border_style="blue")
 
     def set(self, i: int, verdict: str, seconds: float = 0.0, note: str = "") -> None:
