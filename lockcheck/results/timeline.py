@@ -28,6 +28,10 @@ def _lane_of(worker: int | None, process: Any) -> Any:
     return worker if worker is not None else process
 
 
+def _fence(f: Any) -> str:
+    return "no fence" if f is None else f"fence {f}"
+
+
 def _lane_order(w: Any) -> tuple[int, int, str]:
     return (0, w, "") if isinstance(w, int) else (1, 0, str(w))
 
@@ -75,7 +79,7 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
         fa, fb = (v.get("fences") or [None, None])[:2]
         add("overlap", v.get("key"), (v["start"], v["end"]), [],
             [idx.find(pa, v.get("key"), a0), idx.find(pb, v.get("key"), b0)],
-            f"processes {pa} (fence {fa}) and {pb} (fence {fb}) both inside for "
+            f"processes {pa} ({_fence(fa)}) and {pb} ({_fence(fb)}) both inside for "
             f"{(v['end'] - v['start']) / 1e6:.1f} ms")
     ls = checkers.get("lease-safety") or {}
     for v in ls.get("violations") or []:
@@ -85,8 +89,8 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
             [g.get("ok_ns", 0)],
             [idx.find(h.get("process"), key, h.get("ok_ns", 0)),
              idx.find(g.get("process"), key, g.get("ok_ns", 0) + 1)],
-            f"process {g.get('process')} granted (fence {g.get('fence')}) while process "
-            f"{h.get('process')}'s lease (fence {h.get('fence')}) was provably valid for "
+            f"process {g.get('process')} granted ({_fence(g.get('fence'))}) while process "
+            f"{h.get('process')}'s lease ({_fence(h.get('fence'))}) was provably valid for "
             f"{(h.get('valid_until_ns', 0) - g.get('ok_ns', 0)) / 1e6:.1f} ms more")
     fe = checkers.get("fencing") or {}
     for v in fe.get("stale_accepted") or []:
@@ -101,7 +105,7 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
         add("interleaved", v.get("key"), (ov[0], ov[1]),
             [older.get("time", 0), newer.get("time", 0)],
             [idx.find(pa, v.get("key"), ov[0]), idx.find(pb, v.get("key"), ov[0])],
-            f"older holder {pa} (fence {(v.get('fences') or [None])[0]}) wrote after newer "
+            f"older holder {pa} ({_fence((v.get('fences') or [None])[0])}) wrote after newer "
             f"holder {pb}: {v.get('late_writes')} write(s) overwrote the newer one's")
     for v in fe.get("duplicate_fences") or []:
         times = v.get("times") or []

@@ -109,3 +109,26 @@ def test_report_without_results_json_checks_in_memory(fenced_run: Path, tmp_path
 def test_not_a_run_folder(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="not a run directory"):
         write_report(tmp_path)
+
+
+def test_empty_and_unknown_fault_runs(tmp_path: Path) -> None:
+    from tests.checker.histories import H
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "history.jsonl").write_text("")
+    (empty / "test.json").write_text(json.dumps({"workload": "mutex", "ttl_ms": 1000}))
+    html = write_report(empty).read_text()
+    assert "No faults were injected" in html and page_data(html)["timeline"]["keys"] == []
+
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    ms = 1_000_000
+    hist = (H().acquire(0, "k", None, 0, ms).section(0, "k", None, ms, 50 * ms)
+            .nemesis("bump-clock", 20 * ms, 21 * ms, {"fault": "clock-bump", "targets": ["n1"]})
+            .jsonl())
+    (odd / "history.jsonl").write_text(hist)
+    (odd / "test.json").write_text(json.dumps({"workload": "mutex", "ttl_ms": 1000}))
+    tl = page_data(write_report(odd).read_text())["timeline"]
+    assert tl["fault_names"] == ["clock-bump"] and tl["faults"][0][3] == "n1"
+    assert tl["secs"]["f"] == [None]  # no fence: drawn all the same
