@@ -8,6 +8,7 @@ temp dir that is removed afterwards. Console messages go to stderr
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,7 +19,8 @@ from pathlib import Path
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--no-first-run", "--disable-component-update", "--disable-sync",
-         "--disable-default-apps", "--disable-extensions", "--hide-scrollbars",
+         "--disable-default-apps", "--disable-extensions", "--disable-breakpad",
+         "--hide-scrollbars",
          "--enable-logging=stderr", "--v=0")
 CONSOLE = re.compile(r":(INFO|WARNING|ERROR):CONSOLE[^\]]*\] \"(.*)\", source: (.*)")
 
@@ -58,8 +60,11 @@ def render(path: Path, *, screenshot: Path | None = None, size: tuple[int, int] 
                 f"--virtual-time-budget={budget_ms}"]
         if screenshot is not None:  # one load gives both the DOM and the picture
             base.append(f"--screenshot={screenshot}")
+        # everything Chromium writes (crash database, dconf, caches) stays in the profile
+        env = {**os.environ, "HOME": profile, "XDG_CONFIG_HOME": profile,
+               "XDG_CACHE_HOME": profile}
         t0 = time.perf_counter()
         r = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
         seconds = time.perf_counter() - t0
     return Rendered(r.stdout, r.stderr, seconds)
