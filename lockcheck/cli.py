@@ -58,12 +58,15 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--backend", default="redis", show_default=True, help="Lock service: redis.")
+@click.option("--backend", default="redis", show_default=True,
+              help="Lock service and client (see: lockcheck backends).")
 @click.option("--workload", default="mutex", show_default=True,
               help="mutex (acquire/hold/release) or fenced (also write to a fenced resource).")
 @click.option("--nemesis", default="partition", show_default=True,
-              help="none, partition, kill, pause, or a comma-separated list.")
-@click.option("--nodes", type=int, default=None, help="Server nodes [backend default: redis 1].")
+              help="none, or faults (see: lockcheck backends), comma-separated.")
+@click.option("--provider", default="local", show_default=True,
+              help="Where the nodes run: local (network namespaces on this machine).")
+@click.option("--nodes", type=int, default=None, help="Server nodes [default: per backend].")
 @click.option("--concurrency", type=int, default=5, show_default=True,
               help="Client worker processes, each in its own namespace.")
 @click.option("--keys", type=int, default=3, show_default=True, help="How many lock names.")
@@ -75,8 +78,13 @@ def main() -> None:
               help="Seconds between faults, and how long a partition or pause lasts.")
 @click.option("--restart-delay-ms", type=int, default=100, show_default=True,
               help="After a kill, restart the server this much later.")
+@click.option("--pause-ms", type=int, default=None,
+              help="client-pause: how long the holder stays stopped [default: 2x TTL].")
 @click.option("--quiet", type=float, default=5.0, show_default=True,
               help="Final seconds with every fault healed (at most a quarter of the run).")
+@click.option("--recover-s", type=float, default=None,
+              help="Then, how long each lock may take to be acquired again "
+                   "[default: max(10 s, 3x TTL)].")
 @click.option("--resource", default="fenced", show_default=True,
               help="fenced workload: fenced (rejects stale fences) or unfenced resource.")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
@@ -90,12 +98,12 @@ def test(**o: Any) -> int:
     """Run a test: cluster up, clients and faults, then check the history."""
     import random
 
-    from lockcheck.locks.backends import BACKENDS
+    from lockcheck.backends import backend
+    from lockcheck.nemesis.registry import parse_nemesis
     from lockcheck.runner import run_test
-    from lockcheck.spec import TestSpec, parse_nemesis, parse_range_ms
+    from lockcheck.spec import TestSpec, parse_range_ms
 
-    if o["backend"] not in BACKENDS:
-        raise BadInput(f"unknown backend {o['backend']!r}; available: {', '.join(BACKENDS)}")
+    b = backend(o["backend"])
     nemesis = parse_nemesis(o["nemesis"])
     if o["test_count"] < 1:
         raise BadInput("--test-count must be at least 1")
@@ -105,13 +113,13 @@ def test(**o: Any) -> int:
         if o["seed"] is not None:
             seed += i
         spec = TestSpec(
-            backend=o["backend"], workload=o["workload"],
-            nemesis=() if nemesis == ("none",) else nemesis,
-            nodes=o["nodes"] or BACKENDS[o["backend"]].default_nodes,
+            backend=b.name, workload=o["workload"], nemesis=nemesis, provider=o["provider"],
+            nodes=o["nodes"] or b.default_nodes,
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
             ttl_ms=o["ttl_ms"], hold_ms=parse_range_ms(o["hold_ms"], "--hold-ms"),
             nemesis_interval=o["nemesis_interval"], restart_delay=o["restart_delay_ms"] / 1000,
-            quiet=o["quiet"], resource=o["resource"], seed=seed,
+            pause_ms=o["pause_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
+            resource=o["resource"], seed=seed,
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             subnet=o["subnet"])
         outcome = run_test(spec)
@@ -125,6 +133,21 @@ def test(**o: Any) -> int:
         if code == exitcodes.INVALID:
             break
     return worst
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per backend.")
+def backends(as_json: bool) -> int:
+    """List every backend and variant: client, fences, faults it takes, what it shows."""
+    from lockcheck.results.backends_table import backend_rows, render_backends
+
+    rows = backend_rows()
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+    else:
+        click.echo(render_backends(rows))
+    return 0
 
 
 @main.command()
@@ -209,7 +232,7 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
               help="Backends, space- or comma-separated, or repeated [default: every one].")
 @click.option("--nemeses", multiple=True,
               help="Nemeses, space- or comma-separated; join faults run together with + "
-                   "(kill+pause) [default: none partition kill pause].")
+                   "(kill+pause) [default: none partition kill pause client-pause].")
 @click.option("--workloads", multiple=True, help="Workloads [default: mutex fenced].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Runs per cell (each a separate test).")
@@ -234,8 +257,8 @@ def test_all(**o: Any) -> int:
     kb, kw, kn = known_names()
     backends = split_names(o["backends"]) or sorted(kb)
     workloads = split_names(o["workloads"]) or [w for w in ("mutex", "fenced") if w in kw]
-    nemeses = split_names(o["nemeses"]) or [n for n in ("none", "partition", "kill", "pause")
-                                            if n in kn]
+    nemeses = split_names(o["nemeses"]) or [
+        n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
     return run_test_all(backends=backends, workloads=workloads, nemeses=nemeses,
                         count=o["test_count"], time_limit=o["time_limit"],
                         results_dir=o["results_dir"], pass_through=_pass_through_args(o),
@@ -280,40 +303,45 @@ def cluster() -> None:
 @click.option("--nodes", type=int, default=None)
 @click.option("--clients", type=int, default=1, show_default=True,
               help="Client namespaces to create as well.")
+@click.option("--provider", default="local", show_default=True)
 @click.option("--subnet", default=None)
-def cluster_up(backend: str, nodes: int | None, clients: int, subnet: str | None) -> int:
+def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
+               subnet: str | None) -> int:
     """Start nodes and servers and leave them running."""
-    from lockcheck.cluster.netns import LocalCluster
-    from lockcheck.cluster.redis import RedisService
+    from lockcheck.backends import backend as find_backend
+    from lockcheck.cluster.providers import ClusterRequest
+    from lockcheck.cluster.providers import provider as find_provider
     from lockcheck.cluster.state import Registry
-    from lockcheck.locks.backends import BACKENDS
-    from lockcheck.preflight import require_for_test
+    from lockcheck.preflight import require_binaries
+    from lockcheck.spec import TestSpec, validate
 
-    if backend not in BACKENDS:
-        raise BadInput(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
-    require_for_test(BACKENDS[backend].service, "lockcheck cluster up")
-    reg = Registry()
-    c = LocalCluster(nodes or BACKENDS[backend].default_nodes, clients, reg, kind="cluster",
-                     subnet=subnet)
-    with c:
-        for n in c.nodes:
-            svc = RedisService(node=n, workdir=c.workdir / n.name,
-                               log_path=c.workdir / n.name / "redis.log")
-            svc.start()
-            assert c.state is not None
-            c.state.services[n.name] = {"service": "redis", "address": n.address,
-                                        "port": svc.port, "pid": svc.daemon.pid if svc.daemon
-                                        else None, "log": str(svc.log_path)}
-        assert c.state is not None
-        reg.save(c.state)
-        state = c.state
-        c.state = None  # leave it running: __exit__ must not tear it down
-    click.echo(f"cluster {state.run_id} up on {state.subnet}:")
-    for name, addr in state.nodes.items():
-        ns = f"lc-{state.run_id}-{name}"
-        extra = state.services.get(name, {})
-        click.echo(f"  {name:4} {addr:15} netns {ns}  {extra.get('service', 'client')}"
-                   + (f" :{extra['port']}" if "port" in extra else ""))
+    b, p = find_backend(backend), find_provider(provider)
+    why = p.prerequisites()
+    if why is not None:
+        raise BadInput(f"lockcheck cluster up {why}")
+    require_binaries(b.binaries)
+    spec = validate(TestSpec(backend=b.name, provider=p.name, nodes=nodes or b.default_nodes,
+                             concurrency=max(1, clients), nemesis=(), subnet=subnet))
+    db = b.make_db(spec)
+    c = p.make(ClusterRequest(nodes=spec.nodes, clients=clients, registry=Registry(),
+                              subnet=subnet, kind="cluster"))
+    try:
+        c.up()
+        db.setup(c)
+        services = db.describe()
+        info = c.describe()
+        c.keep(services)
+    except BaseException:
+        db.teardown()
+        c.down()
+        raise
+    click.echo(f"cluster {c.run_id} up on {info.get('subnet')}:")
+    for name, addr in info.get("hosts", {}).items():
+        svc = services.get(name, {})
+        where = f"netns lc-{c.run_id}-{name}" if p.name == "local" else p.name
+        click.echo(f"  {name:4} {addr:15} {where}  {svc.get('service', 'client')}"
+                   + (f" :{svc['port']}" if "port" in svc else ""))
+    click.echo(f"client config: {json.dumps(db.client_config())}")
     click.echo("remove it with: lockcheck cluster down")
     return 0
 
@@ -321,21 +349,18 @@ def cluster_up(backend: str, nodes: int | None, clients: int, subnet: str | None
 @cluster.command("down")
 def cluster_down() -> int:
     """Remove every lockcheck cluster, and the leftovers of killed runs."""
-    from lockcheck.cluster.netns import cleanup_leftovers
+    from lockcheck.cluster.providers import PROVIDERS
     from lockcheck.cluster.state import Registry
     from lockcheck.preflight import is_root
 
     if not is_root():
         raise BadInput("lockcheck cluster down needs root")
     live = [s for s in Registry().all() if s.kind == "test" and s.owner_alive()]
-    cleaned = cleanup_leftovers(Registry(), include_live=False)
-    # clusters left running on purpose are removed too; live test runs are not touched
-    for st in Registry().all():
-        if st.kind == "cluster":
-            from lockcheck.cluster.netns import destroy
-
-            destroy(st, Registry())
-            cleaned.append(st.run_id)
+    cleaned: list[str] = []
+    for p in PROVIDERS.values():
+        # clusters left running on purpose are removed too; live test runs are not
+        cleaned += [r for r in p.reap(Registry()) + p.remove_kept(Registry())
+                    if r not in cleaned]
     click.echo(f"removed: {', '.join(cleaned) if cleaned else 'nothing'}")
     if live:
         click.echo(f"left alone (a test is running): {', '.join(s.run_id for s in live)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockcheck.errors import BadInput
@@ -14,7 +15,6 @@ INSTALL = {
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
 }
-SERVICE_BINARIES = {"redis": ["redis-server"]}
 
 
 @dataclass
@@ -44,19 +44,27 @@ def check_netns() -> Finding:
 
 
 def doctor() -> list[Finding]:
+    from lockcheck.backends import BACKENDS
+
     out = [Finding("root", is_root(), f"euid {os.geteuid()}", "run as root (sudo)")]
     out.append(check_netns())
-    for b in ("iptables", "redis-server"):
-        path = shutil.which(b)
-        out.append(Finding(b, path is not None, path or "not found", INSTALL[b]))
+    path = shutil.which("iptables")
+    out.append(Finding("iptables", path is not None, path or "not found", INSTALL["iptables"]))
+    needed: dict[str, list[str]] = {}
+    for b in BACKENDS.values():
+        for binary in b.binaries:
+            needed.setdefault(binary, []).append(b.name)
+    for binary, users in needed.items():
+        path = shutil.which(binary)
+        detail = (path or "not found") + f" (for {', '.join(users)})"
+        out.append(Finding(binary, path is not None, detail,
+                           INSTALL.get(binary, "scripts/install")))
     return out
 
 
-def require_for_test(service: str, command: str = "lockcheck test") -> None:
-    """Raise BadInput with one clear line for the first missing prerequisite."""
-    if not is_root():
-        raise BadInput(f"{command} needs root (it creates network namespaces); run it "
-                       "as root or with sudo")
-    for b in ["ip", "iptables", *SERVICE_BINARIES.get(service, [])]:
+def require_binaries(binaries: Sequence[str]) -> None:
+    """Raise BadInput with one clear line for the first server program that is missing."""
+    for b in binaries:
         if shutil.which(b) is None:
-            raise BadInput(f"{b} not found; install it with: {INSTALL[b]}")
+            how = INSTALL.get(b, "scripts/install")
+            raise BadInput(f"{b} not found; install it with: {how}")

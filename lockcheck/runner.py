@@ -1,8 +1,14 @@
-"""One test run: cluster up, workers and nemesis, history, teardown, check, summary.
+"""One test run, in the order Jepsen's core uses, with every teardown guaranteed.
 
-Every step that creates something is undone in a `finally`, in order: the nemesis
-heals, workers stop, the history is closed (it is complete on disk already), servers
-stop, namespaces and the bridge go. Ctrl-C and SIGTERM take the same path.
+    plan (refuse what cannot run) -> store -> cluster -> database -> resource
+    -> client workers -> nemesis -> run -> heal, quiet phase -> stop workers
+    -> recovery check -> [teardown in reverse: heal, workers, resource, logs and
+    servers, cluster, history] -> check -> results.json and summary
+
+Each step that creates something pushes its undo onto a `Teardown` as soon as it
+exists; the undos run in reverse order whatever happens (an exception, Ctrl-C,
+SIGTERM) and collect their errors instead of stopping at the first. The history is
+on disk as it goes, so what was recorded is checked even after a failure.
 """
 
 from __future__ import annotations
@@ -17,32 +23,36 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
+from lockcheck.backends import Backend, backend, key_names
 from lockcheck.checker.analyze import analyze
-from lockcheck.cluster.netns import LocalCluster, cleanup_leftovers, pick_subnet
-from lockcheck.cluster.node import Daemon
-from lockcheck.cluster.redis import RedisService, redis_version
+from lockcheck.checker.recovery import check_recovery
+from lockcheck.cluster.api import DB, Cluster, LogFiles, capabilities
+from lockcheck.cluster.node import LocalDaemon
+from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
-from lockcheck.locks.backends import BACKENDS, key_names
-from lockcheck.nemesis.api import Nemesis
-from lockcheck.nemesis.partition import Partition
-from lockcheck.nemesis.process import Kill, Pause
+from lockcheck.nemesis.api import Nemesis, RunContext, WorkerRef
+from lockcheck.nemesis.client_pause import Holders
+from lockcheck.nemesis.registry import NEMESES, check_supported
 from lockcheck.nemesis.schedule import NemesisSchedule
-from lockcheck.preflight import require_for_test
+from lockcheck.preflight import require_binaries
 from lockcheck.results import store
 from lockcheck.results.progress import LiveStats, Progress, summary_table, verdict_word
 from lockcheck.spec import TestSpec, validate
-from lockcheck.workloads.lockloop import WorkerConfig
-from lockcheck.workloads.resource import ResourceServer
+from lockcheck.workloads.api import Resource, ResourceContext, Workload
+from lockcheck.workloads.registry import workload
+from lockcheck.workloads.worker import WorkerConfig
 
 log = logging.getLogger("lockcheck")
+
+WORKER_MODULE = "lockcheck.workloads.worker"
 
 
 @dataclass
@@ -53,6 +63,32 @@ class RunOutcome:
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
     failure: str | None = None  # the harness itself failed mid-run (the history is kept)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a run needs, resolved and checked before anything is created."""
+
+    spec: TestSpec
+    backend: Backend
+    workload: Workload
+    provider: Provider
+    db: DB
+
+
+def plan(spec: TestSpec) -> Plan:
+    """Resolve names and refuse, with one line, what cannot run (exit 254)."""
+    spec = validate(spec)
+    b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
+    db = b.make_db(spec)  # inert until setup: it only answers what it can do
+    check_supported(spec.nemesis, db, b.name)
+    why = p.prerequisites()
+    if why is not None:
+        raise BadInput(f"lockcheck test {why}")
+    require_binaries(b.binaries)
+    if spec.subnet is not None:
+        p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
+    return Plan(spec, b, w, p, db)
 
 
 @contextlib.contextmanager
@@ -80,22 +116,37 @@ def no_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old_term)
 
 
-def versions(spec: TestSpec) -> dict[str, str]:
-    import redis as redis_py
+class Teardown:
+    """Undo steps, run last-in first-out; each error is logged and kept, never raised."""
 
-    v = {"lockcheck": __version__, "python": platform.python_version(),
-         "kernel": platform.release()}
-    if BACKENDS[spec.backend].service == "redis":
-        v["redis-server"] = redis_version()
-        v["redis-py"] = redis_py.__version__
-    return v
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Callable[[], Any]]] = []
+        self.errors: list[str] = []
+
+    def push(self, what: str, fn: Callable[[], Any]) -> None:
+        self.steps.append((what, fn))
+
+    def run(self) -> list[str]:
+        while self.steps:
+            what, fn = self.steps.pop()
+            try:
+                more = fn()
+            except Exception as e:
+                log.exception("teardown: %s failed", what)
+                self.errors.append(f"{what}: {e}")
+            else:
+                if isinstance(more, list):  # a step may report its own problems
+                    self.errors += [str(m) for m in more]
+        return self.errors
 
 
 class WorkerHandle:
     """A client worker process and the thread that copies its ops into the history."""
 
-    def __init__(self, daemon: Daemon, writer: HistoryWriter, stats: LiveStats) -> None:
-        self.daemon, self.writer, self.stats = daemon, writer, stats
+    def __init__(self, index: int, host: str, daemon: LocalDaemon, writer: HistoryWriter,
+                 observers: Sequence[Callable[[dict[str, Any]], None]]) -> None:
+        self.index, self.host, self.daemon, self.writer = index, host, daemon, writer
+        self.observers = observers
         self.bad_lines = 0
         self.thread = threading.Thread(target=self._pump, name=f"pump-{daemon.name}",
                                        daemon=True)
@@ -111,8 +162,11 @@ class WorkerHandle:
                 self.bad_lines += 1
                 continue
             if not isinstance(op, dict):
+                self.bad_lines += 1
                 continue
-            self.stats.observe(self.writer.append(op))
+            d = self.writer.append(op)
+            for obs in self.observers:
+                obs(d)
 
     def ask_to_stop(self) -> None:
         popen = self.daemon.popen
@@ -120,28 +174,26 @@ class WorkerHandle:
             with contextlib.suppress(OSError):
                 popen.stdin.close()
 
+    def exit_problem(self) -> list[str]:
+        """A worker that crashed (not one teardown had to kill) is worth a warning."""
+        problems = []
+        code = self.daemon.popen.returncode if self.daemon.popen is not None else None
+        if code not in (None, 0, -signal.SIGKILL):
+            problems.append(f"worker {self.host} exited with code {code}; see "
+                            f"workers/{self.host}.log")
+        if self.bad_lines:
+            problems.append(f"worker {self.host} wrote {self.bad_lines} unreadable lines")
+        return problems
 
-def start_services(spec: TestSpec, cluster: LocalCluster, run_dir: Path) -> list[RedisService]:
-    services = []
-    for node in cluster.nodes:
-        svc = RedisService(node=node, workdir=cluster.workdir / node.name,
-                           log_path=run_dir / "nodes" / node.name / "redis.log")
-        svc.start()
-        services.append(svc)
-    return services
 
-
-def make_nemeses(spec: TestSpec, cluster: LocalCluster,
-                 services: list[RedisService]) -> list[Nemesis]:
-    out: list[Nemesis] = []
-    for name in spec.nemesis:
-        if name == "partition":
-            out.append(Partition(list(cluster.nodes), list(cluster.clients)))
-        elif name == "kill":
-            out.append(Kill(list(services)))
-        elif name == "pause":
-            out.append(Pause(list(services)))
-    return out
+def versions(p: Plan) -> dict[str, str]:
+    v = {"lockcheck": __version__, "python": platform.python_version(),
+         "kernel": platform.release(), p.backend.library: p.backend.library_version()}
+    if p.backend.library == "redis":
+        v["redis-py"] = v["redis"]  # the name users know it by
+    with contextlib.suppress(Exception):  # a version we cannot read is not worth a failure
+        v.update(p.db.versions())
+    return v
 
 
 def setup_logging(run_dir: Path) -> logging.Handler:
@@ -155,189 +207,314 @@ def setup_logging(run_dir: Path) -> logging.Handler:
 
 def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
              registry: Registry | None = None) -> RunOutcome:
-    spec = validate(spec)
-    backend = BACKENDS[spec.backend]
-    require_for_test(backend.service)
-    if spec.subnet is not None:
-        pick_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything exists
+    p = plan(spec)
     registry = registry or Registry()
-    cleaned = cleanup_leftovers(registry)
+    cleaned = p.provider.reap(registry)
     if cleaned:
         out.write(f"cleaned up leftovers of earlier runs: {', '.join(cleaned)}\n")
     # absolute: servers chdir into their data dirs, and their log paths must still hold
-    results_root = Path(spec.results_dir).resolve()
+    results_root = Path(p.spec.results_dir).resolve()
     try:
-        run_dir = store.new_run_dir(results_root, spec.name)
+        run_dir = store.new_run_dir(results_root, p.spec.name)
     except OSError as e:
         raise BadInput(f"cannot create the results folder under {results_root}: "
                        f"{e.strerror or e}") from None
     handler = setup_logging(run_dir)
     try:
-        return _run(spec, run_dir, out, registry)
+        return Run(p, run_dir, out, registry).execute()
     finally:
         logging.getLogger("lockcheck").removeHandler(handler)
         handler.close()
 
 
-def _run(spec: TestSpec, run_dir: Path, out: IO[str], registry: Registry) -> RunOutcome:
-    test = spec.to_json()
-    test["versions"] = versions(spec)
-    test["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    test["argv"] = sys.argv
-    cluster = LocalCluster(spec.nodes, spec.concurrency, registry, subnet=spec.subnet,
-                           kind="cluster" if spec.leave_running else "test")
-    test["run_id"] = cluster.run_id
-    store.write_json(run_dir / store.TEST, test)
-    writer = HistoryWriter(run_dir / store.HISTORY)
-    stats = LiveStats()
-    progress = Progress(out)
-    services: list[RedisService] = []
-    workers: list[WorkerHandle] = []
-    schedule: NemesisSchedule | None = None
-    resource: ResourceServer | None = None
-    interrupted = False
-    failure: str | None = None
-    errors: list[str] = []
-    rng = random.Random(spec.seed)
-    out.write(f"lockcheck {spec.name}: {spec.nodes} node(s), {spec.concurrency} clients, "
-              f"{spec.keys} key(s), {spec.time_limit:g}s -> {run_dir}\n")
-    try:
-        with sigterm_as_interrupt():
-            t_up = time.monotonic()
-            cluster.up()
-            services = start_services(spec, cluster, run_dir)
-            log.info("cluster %s up in %.2fs: %s", cluster.run_id, time.monotonic() - t_up,
-                     cluster.state.nodes if cluster.state else {})
-            t0 = time.monotonic_ns()
-            if spec.workload == "fenced":
-                resource = ResourceServer(cluster.workdir / "resource.sock",
-                                          run_dir / store.RESOURCE, spec.resource, t0).start()
-            keys = key_names(spec.keys)
-            for i, client in enumerate(cluster.clients):
-                cfg = WorkerConfig(
-                    worker=i, concurrency=spec.concurrency, backend=spec.backend,
-                    workload=spec.workload, nodes=[(s.address, s.port) for s in services],
-                    keys=keys, ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed,
-                    t0_ns=t0, op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
-                    resource_socket=str(resource.socket_path) if resource else None)
-                d = client.spawn(f"worker-{i}",
-                                 [sys.executable, "-m", "lockcheck.workloads.lockloop",
-                                  cfg.to_json()],
-                                 log_path=run_dir / "workers" / f"{client.name}.log",
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-                workers.append(WorkerHandle(d, writer, stats))
+class Run:
+    """The steps of one run; `execute` is the order, the methods are the steps."""
 
-            def record(type_: str, f: str, value: Any) -> None:
-                writer.append({"time": time.monotonic_ns() - t0, "process": "nemesis",
-                               "type": type_, "f": f, "key": None, "value": value})
+    def __init__(self, p: Plan, run_dir: Path, out: IO[str], registry: Registry) -> None:
+        self.p, self.spec, self.run_dir, self.out = p, p.spec, run_dir, out
+        self.registry = registry
+        self.writer = HistoryWriter(run_dir / store.HISTORY)
+        self.stats = LiveStats()
+        self.holders = Holders()
+        self.progress = Progress(out)
+        self.teardown = Teardown()
+        self.errors: list[str] = []
+        self.workers: list[WorkerHandle] = []
+        self.recovery_worker: WorkerHandle | None = None
+        self.schedule: NemesisSchedule | None = None
+        self.cluster: Cluster | None = None
+        self.resource: Resource | None = None
+        self.t0 = time.monotonic_ns()
+        self.keys = key_names(self.spec.keys)
+        self.test: dict[str, Any] = {}
 
-            start = time.monotonic()
-            end = start + spec.time_limit
-            quiet = min(spec.quiet, spec.time_limit / 4)
-            nemeses = make_nemeses(spec, cluster, services)
-            schedule = NemesisSchedule(nemeses, interval=spec.nemesis_interval,
-                                       restart_delay=spec.restart_delay, until=end - quiet,
-                                       rng=rng, record=record)
-            schedule.start()
-            while (now := time.monotonic()) < end:
-                active = schedule.active.name if schedule.active else "none"
-                progress.update(
-                    f"[{now - start:5.1f}s/{spec.time_limit:g}s] ops {stats.ops} | "
-                    f"faults {schedule.faults} (active: {active}) | "
-                    f"violations so far {stats.violations}")
-                if now >= end - quiet and schedule.is_alive():
-                    schedule.finish()  # heal before the quiet phase
-                if schedule.error is not None:
-                    raise RuntimeError(f"nemesis failed: {schedule.error}")
-                if all(not w.daemon.alive() for w in workers):
-                    errors.append("every worker exited early; see workers/*.log")
-                    break
-                time.sleep(0.1)
-            progress.update(f"[{time.monotonic() - start:5.1f}s] ops {stats.ops} | faults "
-                            f"{schedule.faults} | violations so far {stats.violations}",
-                            force=True)
-    except KeyboardInterrupt:
-        interrupted = True
-    except Exception as e:
-        # the evidence so far is still checked and kept; the CLI reports the failure
-        log.exception("run failed")
-        failure = f"{type(e).__name__}: {e}"
-    finally:
-        progress.done()
-        with no_interrupts():
-            errors += teardown(spec, cluster, schedule, workers, services, resource, writer)
-    if interrupted:
-        out.write("interrupted: faults healed, cluster removed; checking what was recorded\n")
-    read = read_history_full(run_dir / store.HISTORY, allow_truncated=True)
-    results = analyze(read.ops, test)
-    errors += worker_exit_problems(workers)
-    if failure is not None:
-        results["failure"] = failure
-        if results["valid"] is True:
-            results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
-    results["interrupted"] = interrupted
-    results["errors"] = errors
-    results["stats"] = {"ops": len(read.ops), "by_type": stats.by_type,
-                        "faults": schedule.faults if schedule else 0,
-                        "saves": stats.saves}
-    store.write_json(run_dir / store.RESULTS, results)
-    bt = stats.by_type
-    out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, {bt.get('fail', 0)} fail, "
-              f"{bt.get('info', 0)} info; {results['stats']['faults']} fault(s) injected\n\n")
-    out.write(summary_table(results) + "\n\n")
-    out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
-    out.write(f"results: {run_dir}\n")
-    if spec.leave_running and not interrupted:
-        where = ", ".join(f"{s.node.name} {s.address}:{s.port}" for s in services)
-        out.write(f"cluster {cluster.run_id} left running ({where}); remove it with: "
-                  "lockcheck cluster down\n")
-    for problem in errors:
-        out.write(f"warning: {problem}\n")
-    return RunOutcome(run_dir, results["valid"], results, interrupted, errors, failure)
+    # -- the order ---------------------------------------------------------------------
 
-
-def worker_exit_problems(workers: list[WorkerHandle]) -> list[str]:
-    """Workers that crashed (not the ones teardown had to kill) are worth a warning."""
-    problems = []
-    for w in workers:
-        code = w.daemon.popen.returncode if w.daemon.popen is not None else None
-        if code not in (None, 0, -signal.SIGKILL):
-            problems.append(f"worker {w.daemon.node} exited with code {code}; see "
-                            f"workers/{w.daemon.node}.log")
-        if w.bad_lines:
-            problems.append(f"worker {w.daemon.node} wrote {w.bad_lines} unreadable lines")
-    return problems
-
-
-def teardown(spec: TestSpec, cluster: LocalCluster, schedule: NemesisSchedule | None,
-             workers: list[WorkerHandle], services: list[RedisService],
-             resource: ResourceServer | None, writer: HistoryWriter) -> list[str]:
-    """Undo everything; collect errors instead of stopping at the first."""
-    errors: list[str] = []
-
-    def step(what: str, fn: Any, *args: Any) -> None:
+    def execute(self) -> RunOutcome:
+        spec = self.spec
+        self.write_test_json()
+        self.teardown.push("close history", self.writer.close)
+        interrupted, failure = False, None
+        self.out.write(f"lockcheck {spec.name}: {spec.nodes} node(s), {spec.concurrency} "
+                       f"clients, {spec.keys} key(s), {spec.time_limit:g}s -> {self.run_dir}\n")
         try:
-            fn(*args)
+            with sigterm_as_interrupt():
+                self.start_cluster()
+                self.start_db()
+                self.t0 = time.monotonic_ns()  # history times count from here
+                self.start_resource()
+                self.start_workers()
+                self.start_nemesis()
+                self.run_phases()
+                self.stop_workers()
+                self.recover()
+        except KeyboardInterrupt:
+            interrupted = True
         except Exception as e:
-            log.exception("teardown: %s failed", what)
-            errors.append(f"{what}: {e}")
+            # the evidence so far is still checked and kept; the CLI reports the failure
+            log.exception("run failed")
+            failure = f"{type(e).__name__}: {e}"
+        finally:
+            self.progress.done()
+            with no_interrupts():
+                self.errors += self.teardown.run()
+        if interrupted:
+            self.out.write("interrupted: faults healed, cluster removed; checking what was "
+                           "recorded\n")
+        return self.finish(interrupted, failure)
 
-    if schedule is not None:
-        step("heal faults", schedule.finish)
-    # workers finish their critical section and release; wait a bit longer than a hold
-    for w in workers:
-        w.ask_to_stop()
-    deadline = time.monotonic() + spec.hold_ms[1] / 1000 + spec.ttl_ms / 1000 + 2.0
-    for w in workers:
-        if not w.daemon.wait(max(0.0, deadline - time.monotonic())):
+    # -- the steps ---------------------------------------------------------------------
+
+    def write_test_json(self) -> None:
+        p = self.p
+        t = self.spec.to_json()
+        t["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        t["argv"] = sys.argv
+        t["checkers"] = list(p.workload.checkers)
+        t["verdict"] = p.workload.verdict
+        t["process_stride"] = self.spec.process_stride
+        t["recovery_worker"] = self.spec.concurrency
+        t["backend_info"] = {"family": p.backend.family, "client": p.backend.library,
+                             "fence": p.backend.fence, "description": p.backend.description,
+                             "capabilities": capabilities(p.db)}
+        t["versions"] = versions(p)
+        self.test = t
+        store.write_json(self.run_dir / store.TEST, t)
+
+    def start_cluster(self) -> None:
+        spec = self.spec
+        # one client host more than workers would be wasted: the recovery worker
+        # shares c0's
+        cluster = self.p.provider.make(ClusterRequest(
+            nodes=spec.nodes, clients=spec.concurrency, registry=self.registry,
+            subnet=spec.subnet, kind="test"))
+        self.cluster = cluster
+        self.teardown.push("remove cluster", self.remove_cluster)
+        t = time.monotonic()
+        cluster.up()
+        self.test["run_id"] = cluster.run_id
+        self.test["cluster"] = cluster.describe()
+        store.write_json(self.run_dir / store.TEST, self.test)
+        log.info("cluster %s up in %.2fs", cluster.run_id, time.monotonic() - t)
+
+    def remove_cluster(self) -> None:
+        assert self.cluster is not None
+        if self.spec.leave_running:
+            self.cluster.keep(self.p.db.describe())
+        else:
+            self.cluster.down()
+
+    def start_db(self) -> None:
+        assert self.cluster is not None
+        self.teardown.push("stop servers", self.stop_db)
+        t = time.monotonic()
+        self.p.db.setup(self.cluster)
+        log.info("%s serving in %.2fs", self.p.db.name, time.monotonic() - t)
+        self.test["versions"] = versions(self.p)  # now the servers can be asked
+        self.test["db"] = self.p.db.describe()
+        store.write_json(self.run_dir / store.TEST, self.test)
+        setup = self.p.backend.options.get("setup")
+        if setup:  # a backend's one-off preparation (a table, say), run from here
+            from lockcheck.backends import load
+
+            load(str(setup))(self.p.db.client_config(), self.spec)
+
+    def stop_db(self) -> list[str]:
+        problems = self.fetch_logs()
+        if not self.spec.leave_running:
+            self.p.db.teardown()
+        return problems
+
+    def fetch_logs(self) -> list[str]:
+        db, cluster = self.p.db, self.cluster
+        if not isinstance(db, LogFiles) or cluster is None:
+            return []
+        nodes = {n.name: n for n in cluster.nodes}
+        problems = []
+        for name, paths in db.log_files().items():
+            for path in paths:
+                try:
+                    nodes[name].fetch(path, self.run_dir / "nodes" / name / path.name)
+                except Exception as e:
+                    problems.append(f"could not copy {name}:{path}: {e}")
+        return problems
+
+    def start_resource(self) -> None:
+        w = self.p.workload
+        if w.resource is None:
+            return
+        from lockcheck.backends import load
+
+        assert self.cluster is not None
+        ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
+                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra)
+        self.resource = load(w.resource)(ctx).start()
+        self.teardown.push("stop resource", self.resource.stop)
+
+    def worker_config(self, index: int, **kw: Any) -> WorkerConfig:
+        spec = self.spec
+        return WorkerConfig(
+            worker=index, process_stride=spec.process_stride, backend=spec.backend,
+            workload=spec.workload, client_config=self.p.db.client_config(), keys=self.keys,
+            ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed, t0_ns=self.t0,
+            op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
+            resource=self.resource.worker_config() if self.resource else None, **kw)
+
+    def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
+                     log_name: str) -> WorkerHandle:
+        d = host.spawn(f"worker-{index}",
+                       [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
+                       log_path=self.run_dir / "workers" / f"{log_name}.log",
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return WorkerHandle(index, host.name, d, self.writer,
+                            [self.stats.observe, self.holders.observe])
+
+    def start_workers(self) -> None:
+        assert self.cluster is not None
+        self.teardown.push("stop workers", self.stop_workers)
+        for i, host in enumerate(self.cluster.clients):
+            self.workers.append(self.spawn_worker(i, host, self.worker_config(i), host.name))
+
+    def start_nemesis(self) -> None:
+        assert self.cluster is not None
+        spec = self.spec
+        ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
+                         workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
+                         holders=self.holders.now)
+        nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
+
+        def record(type_: str, f: str, value: Any) -> None:
+            self.writer.append({"time": time.monotonic_ns() - self.t0, "process": "nemesis",
+                                "type": type_, "f": f, "key": None, "value": value})
+
+        quiet = min(spec.quiet, spec.time_limit / 4)
+        self.schedule = NemesisSchedule(
+            nemeses, interval=spec.nemesis_interval,
+            until=time.monotonic() + spec.time_limit - quiet, rng=random.Random(spec.seed),
+            record=record)
+        self.teardown.push("heal faults", self.heal)
+        self.schedule.start()
+
+    def heal(self) -> list[str]:
+        return self.schedule.finish() if self.schedule is not None else []
+
+    def status(self, elapsed: float) -> str:
+        s = self.schedule
+        active = ", ".join(s.describe_active()) if s is not None else ""
+        return (f"[{elapsed:5.1f}s/{self.spec.time_limit:g}s] ops {self.stats.ops} | "
+                f"faults {s.faults if s else 0} (active: {active or 'none'}) | "
+                f"violations so far {self.stats.violations}")
+
+    def run_phases(self) -> None:
+        """Faults while it runs; every fault healed for the quiet phase at the end."""
+        spec = self.spec
+        start = time.monotonic()
+        end = start + spec.time_limit
+        quiet_from = end - min(spec.quiet, spec.time_limit / 4)
+        healed = False
+        while (now := time.monotonic()) < end:
+            self.progress.update(self.status(now - start))
+            if now >= quiet_from and not healed:
+                self.errors += self.heal()  # heal before the quiet phase
+                healed = True
+            assert self.schedule is not None
+            if self.schedule.error is not None:
+                raise RuntimeError(f"nemesis failed: {self.schedule.error}")
+            if all(not w.daemon.alive() for w in self.workers):
+                self.errors.append("every worker exited early; see workers/*.log")
+                break
+            time.sleep(0.1)
+        self.progress.update(self.status(time.monotonic() - start), force=True)
+
+    def stop_workers(self) -> None:
+        """Workers finish their critical section and release; then they must be gone."""
+        workers = [w for w in self.workers if w.daemon.popen is not None]
+        for w in workers:
+            w.ask_to_stop()
+        spec = self.spec
+        deadline = time.monotonic() + spec.hold_ms[1] / 1000 + spec.ttl_ms / 1000 + 2.0
+        for w in workers:
+            if not w.daemon.wait(max(0.0, deadline - time.monotonic())):
+                w.daemon.kill()
+        for w in workers:
+            w.thread.join(timeout=5)
+
+    def recover(self) -> None:
+        """Every fault is healed: can each lock be taken again? (recorded in the history)"""
+        assert self.cluster is not None and self.cluster.clients
+        spec = self.spec
+        host = self.cluster.clients[0]
+        cfg = self.worker_config(spec.concurrency, mode="recover",
+                                 recover_s=spec.recover_timeout_s)
+        w = self.spawn_worker(spec.concurrency, host, cfg, "recovery")
+        self.recovery_worker = w
+        self.teardown.push("stop the recovery worker", w.daemon.kill)
+        self.progress.update(f"recovery: taking each of {spec.keys} lock(s) once "
+                             f"(up to {spec.recover_timeout_s:g}s)", force=True)
+        if not w.daemon.wait(spec.recover_timeout_s + spec.op_timeout_s * 2 + 5.0):
             w.daemon.kill()
-    for w in workers:
         w.thread.join(timeout=5)
-    step("close history", writer.close)
-    if resource is not None:
-        step("stop resource", resource.stop)
-    if not spec.leave_running:
-        for s in services:
-            step(f"stop {s.node.name}", s.kill)
-        step("remove cluster", cluster.down)
-    return errors
+
+    # -- the end -----------------------------------------------------------------------
+
+    def finish(self, interrupted: bool, failure: str | None) -> RunOutcome:
+        spec, out = self.spec, self.out
+        read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
+        results = analyze(read.ops, self.test)
+        for w in [*self.workers, *([self.recovery_worker] if self.recovery_worker else [])]:
+            self.errors += w.exit_problem()
+        if self.recovery_worker is not None:
+            results["recovery"] = check_recovery(read.ops, self.test)
+            if results["recovery"]["valid"] is not True:
+                self.errors.append(f"recovery: {results['recovery']['summary']}")
+        if self.schedule is not None and self.schedule.heal_errors:
+            results["heal_errors"] = list(self.schedule.heal_errors)
+        if failure is not None:
+            results["failure"] = failure
+            if results["valid"] is True:
+                results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
+        results["interrupted"] = interrupted
+        results["errors"] = self.errors
+        results["stats"] = {"ops": len(read.ops), "by_type": self.stats.by_type,
+                            "faults": self.schedule.faults if self.schedule else 0,
+                            "saves": self.stats.saves}
+        store.write_json(self.run_dir / store.RESULTS, results)
+        bt = self.stats.by_type
+        out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
+                  f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
+                  f"{results['stats']['faults']} fault(s) injected\n\n")
+        out.write(summary_table(results) + "\n\n")
+        if "recovery" in results:
+            out.write(f"recovery: {results['recovery']['summary']}\n")
+        out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
+        out.write(f"results: {self.run_dir}\n")
+        if spec.leave_running and not interrupted and self.cluster is not None:
+            where = ", ".join(f"{n} {d.get('address')}:{d.get('port')}"
+                              for n, d in self.p.db.describe().items())
+            out.write(f"cluster {self.cluster.run_id} left running ({where}); remove it "
+                      "with: lockcheck cluster down\n")
+        for problem in self.errors:
+            out.write(f"warning: {problem}\n")
+        return RunOutcome(self.run_dir, results["valid"], results, interrupted, self.errors,
+                          failure)
+

@@ -7,8 +7,6 @@ from typing import Any, ClassVar
 
 from lockcheck.errors import BadInput
 
-WORKLOADS = ("mutex", "fenced")
-NEMESES = ("none", "partition", "kill", "pause")
 RESOURCES = ("fenced", "unfenced")
 
 
@@ -19,6 +17,7 @@ class TestSpec:
     backend: str = "redis"
     workload: str = "mutex"
     nemesis: tuple[str, ...] = ("partition",)
+    provider: str = "local"
     nodes: int = 1
     concurrency: int = 5
     keys: int = 3
@@ -27,7 +26,9 @@ class TestSpec:
     hold_ms: tuple[int, int] = (50, 500)
     nemesis_interval: float = 3.0
     restart_delay: float = 0.1
+    pause_ms: int | None = None  # client-pause: default 2x TTL
     quiet: float = 5.0  # final phase with every fault healed
+    recover_s: float | None = None  # final check that every lock can be taken again
     resource: str = "fenced"
     seed: int = 0
     op_timeout_ms: int | None = None  # default: TTL/4
@@ -35,7 +36,6 @@ class TestSpec:
     results_dir: str = "results"
     leave_running: bool = False
     subnet: str | None = None
-    checkers: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -48,22 +48,23 @@ class TestSpec:
         ms = self.op_timeout_ms if self.op_timeout_ms is not None else max(50, self.ttl_ms // 4)
         return ms / 1000.0
 
+    @property
+    def recover_timeout_s(self) -> float:
+        """Long enough for every lease a killed worker left behind to expire."""
+        if self.recover_s is not None:
+            return self.recover_s
+        return max(10.0, 3 * self.ttl_ms / 1000.0)
+
+    @property
+    def process_stride(self) -> int:
+        """Worker w runs as processes w, w + stride, ...; the recovery worker is the
+        extra one (index `concurrency`)."""
+        return self.concurrency + 1
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["name"] = self.name
         return d
-
-
-def parse_nemesis(text: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in text.split(",") if p.strip())
-    if not parts:
-        raise BadInput("--nemesis is empty; use none, partition, kill, pause or a comma list")
-    for p in parts:
-        if p not in NEMESES:
-            raise BadInput(f"unknown nemesis {p!r}; choose from {', '.join(NEMESES)}")
-    if "none" in parts and len(parts) > 1:
-        raise BadInput("--nemesis none cannot be combined with other faults")
-    return parts
 
 
 def parse_range_ms(text: str, option: str) -> tuple[int, int]:
@@ -81,12 +82,18 @@ def parse_range_ms(text: str, option: str) -> tuple[int, int]:
 
 
 def validate(spec: TestSpec) -> TestSpec:
-    from lockcheck.locks.backends import BACKENDS
+    """Refuse a spec that cannot run, with one line naming the option."""
+    from lockcheck.backends import backend
+    from lockcheck.cluster.providers import provider
+    from lockcheck.nemesis.registry import NEMESES
+    from lockcheck.workloads.registry import workload
 
-    if spec.backend not in BACKENDS:
-        raise BadInput(f"unknown backend {spec.backend!r}; available: {', '.join(BACKENDS)}")
-    if spec.workload not in WORKLOADS:
-        raise BadInput(f"unknown workload {spec.workload!r}; choose from {', '.join(WORKLOADS)}")
+    b = backend(spec.backend)
+    workload(spec.workload)
+    prov = provider(spec.provider)
+    for n in spec.nemesis:
+        if n not in NEMESES:
+            raise BadInput(f"unknown nemesis {n!r}; choose from none, {', '.join(NEMESES)}")
     if spec.resource not in RESOURCES:
         raise BadInput(f"unknown resource mode {spec.resource!r}; choose fenced or unfenced")
     for name, v in (("--concurrency", spec.concurrency), ("--keys", spec.keys),
@@ -97,10 +104,16 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--time-limit must be positive")
     if spec.nemesis_interval <= 0:
         raise BadInput("--nemesis-interval must be positive")
-    from lockcheck.cluster.netns import MAX_CLIENTS, MAX_NODES
-
-    if spec.nodes > MAX_NODES:
-        raise BadInput(f"--nodes must be at most {MAX_NODES}")
-    if spec.concurrency > MAX_CLIENTS:
-        raise BadInput(f"--concurrency must be at most {MAX_CLIENTS}")
+    if spec.pause_ms is not None and spec.pause_ms < 1:
+        raise BadInput("--pause-ms must be at least 1")
+    if spec.restart_delay < 0:
+        raise BadInput("--restart-delay-ms must not be negative")
+    if spec.nodes > prov.max_nodes:
+        raise BadInput(f"--nodes must be at most {prov.max_nodes}")
+    if spec.concurrency > prov.max_clients:
+        raise BadInput(f"--concurrency must be at most {prov.max_clients}")
+    if spec.nodes < b.min_nodes:
+        raise BadInput(f"backend {b.name} needs --nodes {b.min_nodes} or more")
+    if b.max_nodes is not None and spec.nodes > b.max_nodes:
+        raise BadInput(f"backend {b.name} runs on at most {b.max_nodes} nodes")
     return spec

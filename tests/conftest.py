@@ -32,7 +32,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID_RE = re.compile(r"^[0-9a-f]{6}$")
-WORKER_MODULE = "lockcheck.workloads.lockloop"
+WORKER_MODULE = "lockcheck.workloads.worker"
 
 
 def state_dir() -> Path:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lockcheck.cluster.node import Daemon, pid_alive, pid_start_time
+from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time
 from lockcheck.cluster.state import Registry, RunState
 from lockcheck.errors import BadInput
 
@@ -72,12 +72,19 @@ def pick_subnet(requested: str | None) -> ipaddress.IPv4Network:
 
 @dataclass
 class LocalNode:
-    """A network namespace with one veth on the run's bridge."""
+    """A network namespace with one veth on the run's bridge (a `Node` and a `ClientHost`).
+
+    Packet-drop rules go into a chain of this run's own (`lc-<run id>`), jumped to from
+    INPUT, so a heal flushes only what lockcheck put there.
+    """
 
     name: str
     address: str
     netns: str
+    workdir: Path
+    chain: str
     on_spawn: Any = None  # callback(pid) so the registry learns every PID at once
+    _chain_ready: bool = False
 
     def _wrap(self, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -94,11 +101,15 @@ class LocalNode:
         name: str,
         argv: Sequence[str],
         *,
+        log: Path | None = None,
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
         stdin: int | IO[Any] | None = None,
         stdout: int | IO[Any] | None = None,
-    ) -> Daemon:
+    ) -> LocalDaemon:
+        # the node's files are this machine's: `log` (Node) and `log_path` (ClientHost)
+        # are the same thing here
+        log_path = log_path or log
         log_fh = None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,16 +134,37 @@ class LocalNode:
                 log_fh.close()
         if self.on_spawn is not None:
             self.on_spawn(popen.pid)
-        return Daemon(name=name, node=self.name, argv=list(argv), log_path=log_path,
-                      popen=popen, pid=popen.pid)
+        return LocalDaemon(name=name, node=self.name, argv=list(argv), log_path=log_path,
+                           popen=popen, pid=popen.pid)
+
+    def write_file(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def fetch(self, path: Path, dest: Path) -> bool:
+        if not path.is_file():
+            return False
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+        return True
+
+    def _ensure_chain(self) -> None:
+        if self._chain_ready:
+            return
+        self.run(["iptables", "-w", "-N", self.chain], check=False)  # exists: fine
+        if self.run(["iptables", "-w", "-C", "INPUT", "-j", self.chain],
+                    check=False).returncode != 0:
+            self.run(["iptables", "-w", "-I", "INPUT", "-j", self.chain])
+        self._chain_ready = True
 
     def block(self, sources: Sequence[str]) -> None:
         if sources:
-            self.run(["iptables", "-w", "-A", "INPUT", "-s", ",".join(sources), "-j", "DROP"])
+            self._ensure_chain()
+            self.run(["iptables", "-w", "-A", self.chain, "-s", ",".join(sources), "-j", "DROP"])
 
     def heal(self) -> None:
-        # every namespace has its own filter table and only lockcheck writes to it
-        self.run(["iptables", "-w", "-F", "INPUT"], check=False)
+        if self._chain_ready:  # no chain yet: nothing was ever blocked here
+            self.run(["iptables", "-w", "-F", self.chain])
 
 
 @dataclass
@@ -148,6 +180,8 @@ class LocalCluster:
     nodes: list[LocalNode] = field(default_factory=list)
     clients: list[LocalNode] = field(default_factory=list)
     state: RunState | None = None
+
+    provider = "local"
 
     @property
     def bridge(self) -> str:
@@ -199,15 +233,28 @@ class LocalCluster:
             _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            node = LocalNode(name=name, address=str(addr), netns=ns, on_spawn=self._note_pid)
+            node = LocalNode(name=name, address=str(addr), netns=ns,
+                             workdir=self.workdir / name, chain=f"lc-{self.run_id}",
+                             on_spawn=self._note_pid)
             (self.nodes if name.startswith("n") else self.clients).append(node)
             self.state.nodes[name] = str(addr)
         self.registry.save(self.state)
         return self
 
-    def heal_all(self) -> None:
-        for h in self.hosts:
-            h.heal()
+    def describe(self) -> dict[str, Any]:
+        st = self.state
+        return {"provider": self.provider, "run_id": self.run_id,
+                "subnet": st.subnet if st else None, "bridge": self.bridge,
+                "hosts": dict(st.nodes) if st else {}}
+
+    def keep(self, services: Mapping[str, Mapping[str, object]]) -> None:
+        """Leave it running: `lockcheck cluster down` (or status) finds it by its kind."""
+        if self.state is None:
+            return
+        self.state.kind = self.kind = "cluster"
+        self.state.services = {k: dict(v) for k, v in services.items()}
+        self.registry.save(self.state)
+        self.state = None  # down() must not remove it now
 
     def down(self) -> None:
         if self.state is None:

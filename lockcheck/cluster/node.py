@@ -1,4 +1,4 @@
-"""The node interface every provider implements, and the daemon handle it returns."""
+"""Local processes: /proc helpers and the handle of a daemon started on this machine."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import Any
 
 
 def pid_state(pid: int) -> str | None:
@@ -39,8 +38,10 @@ def pid_start_time(pid: int) -> int | None:
 
 
 @dataclass
-class Daemon:
-    """A long-running process on a node, started by lockcheck; we keep its PID."""
+class LocalDaemon:
+    """A process started on this machine (in a namespace, say); we keep its PID.
+
+    Satisfies `cluster.api.Daemon`."""
 
     name: str
     node: str
@@ -48,7 +49,6 @@ class Daemon:
     log_path: Path | None
     popen: subprocess.Popen[Any] | None
     pid: int
-    started_at: float = field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
         if self.popen is not None and self.popen.poll() is not None:
@@ -93,38 +93,3 @@ class Daemon:
         self.signal(signal.SIGCONT)
         if self.signal(signal.SIGKILL):
             self.wait(5.0)
-
-
-@runtime_checkable
-class Node(Protocol):
-    """A host lockcheck can run things on and cut off from other hosts."""
-
-    name: str
-    address: str
-
-    def run(
-        self, argv: Sequence[str], *, timeout: float = 10.0, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a command to completion on the node and return its output."""
-        ...
-
-    def spawn(
-        self,
-        name: str,
-        argv: Sequence[str],
-        *,
-        log_path: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        stdin: int | IO[Any] | None = None,
-        stdout: int | IO[Any] | None = None,
-    ) -> Daemon:
-        """Start a daemon on the node; its PID is the process itself, not a wrapper."""
-        ...
-
-    def block(self, sources: Sequence[str]) -> None:
-        """Drop every packet arriving from these addresses (a partition, one side)."""
-        ...
-
-    def heal(self) -> None:
-        """Remove every drop rule lockcheck put on this node. Idempotent."""
-        ...

@@ -1,19 +1,27 @@
-"""redis-server on a node: no persistence by default, so a restart comes back empty."""
+"""redis-server on nodes: independent masters, no persistence (a restart comes back empty).
+
+`RedisServer` is one server on one node, reused by every Redis-based database
+(`RedisDB` here: one master per node, which serves both `--backend redis`, where each
+lock name lives on one master, and Redlock, where every name lives on all of them).
+"""
 
 from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
-import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from lockcheck.cluster.node import Daemon, Node
+from lockcheck.cluster.api import Cluster, Daemon, Node
+from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
 from lockcheck.errors import BadInput
+from lockcheck.spec import TestSpec
 
 DEFAULT_PORT = 6379
+START_TIMEOUT_S = 10.0
 
 
 def redis_binary() -> str:
@@ -34,86 +42,79 @@ def redis_version() -> str:
 def ping(address: str, port: int, timeout: float = 0.5) -> bool:
     """A raw RESP PING, so readiness needs no client library."""
     try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+        return tcp_exchange(address, port, b"PING\r\n", timeout=timeout,
+                            until=b"\r\n").startswith(b"+PONG")
     except OSError:
         return False
 
 
 @dataclass
-class RedisService:
-    """One redis-server on one node. Start, kill, restart, pause, resume, stop."""
+class RedisServer:
+    """One redis-server on one node: start, kill, pause, resume."""
 
     node: Node
-    workdir: Path  # data dir (temp)
-    log_path: Path  # server log (in the results dir, so it outlives the run)
     port: int = DEFAULT_PORT
-    persistence: bool = False
+    persistence: bool = False  # AOF with fsync always (Redlock's "restart safely")
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
     daemon: Daemon | None = None
-    restarts: int = field(default=0)
-
-    name = "redis"
+    program: str = "redis-server"
+    label: str = "redis"  # names its folder and log files on the node
 
     @property
-    def address(self) -> str:
-        return self.node.address
+    def dir(self) -> Path:
+        return self.node.workdir / f"{self.label}-{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / f"{self.label}.log"
+
+    @property
+    def stderr_path(self) -> Path:
+        # what redis prints before its log file is open (a bad option, say)
+        return self.dir / f"{self.label}.stderr.log"
 
     def argv(self) -> list[str]:
         args = [
             redis_binary(), "--bind", self.node.address, "--port", str(self.port),
-            "--protected-mode", "no", "--dir", str(self.workdir), "--daemonize", "no",
+            "--protected-mode", "no", "--dir", str(self.dir), "--daemonize", "no",
             "--logfile", str(self.log_path),
         ]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--save", "", "--appendonly", "no"]
-        return args
+        return args + list(self.extra_args)
 
-    def start(self, timeout: float = 10.0) -> None:
-        self.workdir = self.workdir.resolve()
-        self.log_path = self.log_path.resolve()  # redis chdirs to --dir before opening it
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # what redis prints before its log file is open (a bad option, say) goes here
-        self.daemon = self.node.spawn(f"redis-{self.node.name}", self.argv(),
-                                      log_path=self.stderr_path)
+    def launch(self) -> None:
+        """Start the process; `wait_ready` waits for it (so a whole set starts at once)."""
+        self.node.run(["mkdir", "-p", str(self.dir)])
+        self.daemon = self.node.spawn(f"{self.label}-{self.node.name}", self.argv(),
+                                      log=self.stderr_path, env=self.env or None)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        d = self.daemon
+        wait_until(lambda: ping(self.node.address, self.port), timeout=timeout,
+                   what=f"{self.label} on {self.node.name}",
+                   alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        self.launch()
         self.wait_ready(timeout)
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if ping(self.node.address, self.port):
-                return
-            if self.daemon is not None and not self.daemon.alive():
-                break
-            time.sleep(0.02)
-        tail = self.log_tail()
-        raise RuntimeError(f"redis on {self.node.name} did not become ready; log tail:\n{tail}")
-
-    @property
-    def stderr_path(self) -> Path:
-        return self.log_path.with_name(self.log_path.stem + ".stderr.log")
 
     def log_tail(self, lines: int = 15) -> str:
         out = []
         for p in (self.log_path, self.stderr_path):
-            try:
-                out += p.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                continue
-        return "\n".join(out) or "(no log)"
+            r = self.node.run(["tail", "-n", str(lines), str(p)], check=False)
+            out.append(r.stdout)
+        return tail_lines("".join(out), lines) or "(no log)"
+
+    def alive(self) -> bool:
+        return self.daemon is not None and self.daemon.alive()
 
     def kill(self) -> None:
         if self.daemon is not None:
             self.daemon.kill()
-
-    def restart(self, timeout: float = 10.0) -> None:
-        if self.daemon is not None and self.daemon.alive():
-            self.daemon.kill()
-        self.restarts += 1
-        self.start(timeout)
 
     def pause(self) -> None:
         if self.daemon is not None:
@@ -123,9 +124,65 @@ class RedisService:
         if self.daemon is not None:
             self.daemon.signal(signal.SIGCONT)
 
-    def stop(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop(grace=2.0)
+    def log_files(self) -> list[Path]:
+        return [self.log_path, self.stderr_path]
 
-    def version(self) -> str:
-        return redis_version()
+
+class RedisDB:
+    """Independent Redis masters, one per node (`redis`, `redlock`).
+
+    Killable (a killed master restarts empty: no persistence unless the backend asks
+    for it), pausable, with log files.
+    """
+
+    name = "redis"
+
+    def __init__(self, spec: TestSpec, options: Mapping[str, Any] | None = None) -> None:
+        opts = dict(options or {})
+        self.persistence = bool(opts.get("persistence", False))
+        self.servers: dict[str, RedisServer] = {}
+
+    def setup(self, cluster: Cluster) -> None:
+        self.servers = {n.name: RedisServer(n, persistence=self.persistence)
+                        for n in cluster.nodes}
+        for s in self.servers.values():
+            s.launch()
+        for s in self.servers.values():
+            s.wait_ready()
+
+    def teardown(self) -> None:
+        for s in self.servers.values():
+            s.kill()
+
+    def versions(self) -> dict[str, str]:
+        return {"redis-server": redis_version()}
+
+    def client_config(self) -> dict[str, Any]:
+        return {"masters": [[s.node.address, s.port] for s in self.servers.values()]}
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        return {name: {"service": "redis", "address": s.node.address, "port": s.port,
+                       "pid": s.daemon.pid if s.daemon else None}
+                for name, s in self.servers.items()}
+
+    # -- capabilities ----------------------------------------------------------------
+
+    def kill(self, node: str) -> None:
+        self.servers[node].kill()
+
+    def start(self, node: str) -> None:
+        s = self.servers[node]
+        if not s.alive():
+            s.start()
+
+    def alive(self, node: str) -> bool:
+        return self.servers[node].alive()
+
+    def pause(self, node: str) -> None:
+        self.servers[node].pause()
+
+    def resume(self, node: str) -> None:
+        self.servers[node].resume()
+
+    def log_files(self) -> dict[str, Sequence[Path]]:
+        return {name: s.log_files() for name, s in self.servers.items()}

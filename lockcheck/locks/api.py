@@ -8,8 +8,9 @@ Each backend maps its library's exceptions into these in exactly one place.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 
 class LockClientError(Exception):
@@ -34,7 +35,12 @@ class Lease:
 
     `valid_until_ns` is the client's own lease clock: the invoke time of the last
     acquire/renew that succeeded, plus the TTL shortened by the clock-drift bound.
-    The client believes it holds the lock until then, unless a renew was refused.
+    The client believes it holds the lock until then, unless a renew was refused or
+    the client library said the lock is gone (`lost`, which a library's own thread
+    may set at any time: a ZooKeeper session suspended, an etcd lease expired).
+
+    `token` is unique per grant (the owner token the service stores); the history
+    records it as `lease`, so every renew and release names the grant it belongs to.
     """
 
     key: str
@@ -53,6 +59,17 @@ def lease_deadline(invoked_ns: int, ttl_ms: int, drift: float) -> int:
     return invoked_ns + int(ttl_ms * 1_000_000 * (1.0 - drift))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClientOptions:
+    """What every lock client is told, besides where the service is."""
+
+    ttl_ms: int
+    op_timeout_s: float
+    drift: float = 0.01
+    worker: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)  # the backend variant's switches
+
+
 class LockClient(Protocol):
     """What a workload needs from a lock service client. Methods raise Definite/Indefinite."""
 
@@ -61,7 +78,8 @@ class LockClient(Protocol):
         ...
 
     def renew(self, lease: Lease) -> None:
-        """Reset the lease's TTL; raises NotOwner if the lock is no longer ours."""
+        """Reset the lease's TTL (a service without TTLs confirms the lock is still
+        ours); raises NotOwner if it is not, and updates `lease.valid_until_ns`."""
         ...
 
     def release(self, lease: Lease) -> None:
@@ -69,3 +87,8 @@ class LockClient(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# (client_config from the database, lock names, options) -> a client per lock name
+ClientFactory = Callable[[Mapping[str, Any], Sequence[str], ClientOptions],
+                         Mapping[str, LockClient]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,15 @@ from redis.backoff import NoBackoff
 from redis.lock import Lock
 from redis.retry import Retry
 
-from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner, lease_deadline
+from lockcheck.locks.api import (
+    ClientOptions,
+    Definite,
+    Indefinite,
+    Lease,
+    LockClient,
+    NotOwner,
+    lease_deadline,
+)
 
 FENCE_SUFFIX = ":fence"
 
@@ -142,3 +150,12 @@ class RedisLockClient:
 
     def close(self) -> None:
         self.redis.close()
+
+
+def make_clients(config: Mapping[str, Any], keys: Sequence[str],
+                 opts: ClientOptions) -> dict[str, LockClient]:
+    """One client per master; each lock name lives on one master, names spread over them."""
+    masters = [(str(a), int(p)) for a, p in config["masters"]]
+    per_node = [RedisLockClient(a, p, ttl_ms=opts.ttl_ms, op_timeout_s=opts.op_timeout_s,
+                                drift=opts.drift) for a, p in masters]
+    return {k: per_node[i % len(per_node)] for i, k in enumerate(keys)}

@@ -1,18 +1,26 @@
-"""The nemesis interface: a few methods, like Jepsen's."""
+"""The nemesis interface (a few methods, like Jepsen's) and what a nemesis is built from."""
 
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from lockcheck.cluster.api import DB, Cluster, Daemon
+    from lockcheck.spec import TestSpec
 
 
 class Nemesis(Protocol):
     name: str  # as given to --nemesis
     start_f: str  # history `f` of the start op, e.g. "start-partition"
     stop_f: str
+    hold_s: float  # how long a fault lasts before it is stopped
 
     def start(self, rng: random.Random) -> dict[str, Any]:
-        """Inject the fault; return what was done (goes into the history)."""
+        """Inject the fault; return what was done (goes into the history), with
+        `fault` (this nemesis's name) and `targets` (the hosts it hit)."""
         ...
 
     def stop(self) -> dict[str, Any]:
@@ -20,5 +28,37 @@ class Nemesis(Protocol):
         ...
 
     def heal(self) -> None:
-        """Undo every effect this nemesis can have, whether or not it started. Idempotent."""
+        """Undo every effect this nemesis can have, whether or not it started.
+        Idempotent; raises if something could not be undone."""
         ...
+
+
+@dataclass(frozen=True)
+class WorkerRef:
+    """A client worker process, as a nemesis sees it."""
+
+    index: int
+    host: str  # the client host it runs on (c0, c1, ...)
+    daemon: Daemon
+
+
+@dataclass(frozen=True)
+class Holding:
+    """Someone inside a critical section right now, from the live history."""
+
+    worker: int
+    process: int
+    key: str
+    fence: int | None
+    since_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What a nemesis may act on: everything of the run, nothing global."""
+
+    spec: TestSpec
+    cluster: Cluster
+    db: DB
+    workers: Sequence[WorkerRef]
+    holders: Callable[[], list[Holding]]

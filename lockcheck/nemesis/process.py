@@ -1,75 +1,125 @@
-"""Process faults on the servers: SIGKILL then restart, SIGSTOP then SIGCONT."""
+"""Process faults on the servers: SIGKILL then start again, SIGSTOP then SIGCONT.
+
+They act through the database's optional capabilities (`cluster.api.Killable`,
+`Pausable`), so they work for every backend that has them, and a heal brings back
+every server, not only those this nemesis remembers touching.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from lockcheck.cluster.api import HasPrimary, Killable, Pausable
+from lockcheck.nemesis.api import RunContext
+
+Targets = Callable[[list[str], random.Random], list[str]]
 
 
-class Service(Protocol):
-    @property
-    def node(self) -> Any: ...
-
-    def kill(self) -> None: ...
-    def restart(self, timeout: float = 10.0) -> None: ...
-    def pause(self) -> None: ...
-    def resume(self) -> None: ...
-
-
-def pick_targets(n: int, rng: random.Random) -> list[int]:
+def pick_targets(names: list[str], rng: random.Random) -> list[str]:
     """One node, or (with several nodes) sometimes a minority of them."""
+    n = len(names)
     if n <= 2 or rng.random() < 0.6:
-        return [rng.randrange(n)]
-    return sorted(rng.sample(range(n), rng.randint(1, (n - 1) // 2)))
+        return [names[rng.randrange(n)]]
+    return sorted(rng.sample(names, rng.randint(1, (n - 1) // 2)))
+
+
+def _all_or_raise(what: str, nodes: list[str], fn: Any) -> None:
+    """Apply `fn` to every node even if some fail; then raise naming the failures."""
+    failed = []
+    for n in nodes:
+        try:
+            fn(n)
+        except Exception as e:
+            failed.append(f"{n}: {e}")
+    if failed:
+        raise RuntimeError(f"{what} failed on " + "; ".join(failed))
+
+
+def primaries(db: object) -> Targets:
+    """Target the nodes the service itself names as primary or leader right now."""
+    assert isinstance(db, HasPrimary)
+
+    def targets(names: list[str], rng: random.Random) -> list[str]:
+        return [n for n in db.primaries() if n in names]
+
+    return targets
 
 
 @dataclass
 class Kill:
-    services: list[Service]
+    db: Killable
+    nodes: list[str]
+    hold_s: float  # --restart-delay-ms: a crashed server that its supervisor restarts
     name: str = "kill"
     start_f: str = "kill"
     stop_f: str = "restart"
-    _down: list[int] = field(default_factory=list)
+    targets: Targets = pick_targets
+    _down: list[str] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
-        self._down = pick_targets(len(self.services), rng)
-        for i in self._down:
-            self.services[i].kill()
-        return {"nodes": [self.services[i].node.name for i in self._down]}
+        self._down = self.targets(self.nodes, rng)
+        for n in self._down:
+            self.db.kill(n)
+        return {"fault": self.name, "targets": list(self._down), "nodes": list(self._down)}
 
     def stop(self) -> dict[str, Any]:
-        names = [self.services[i].node.name for i in self._down]
+        names = list(self._down)
         self.heal()
-        return {"nodes": names}
+        return {"fault": self.name, "targets": names, "nodes": names}
 
     def heal(self) -> None:
-        down, self._down = self._down, []
-        for i in down:
-            self.services[i].restart()
+        self._down = []
+        _all_or_raise("restart", [n for n in self.nodes if not self.db.alive(n)], self.db.start)
 
 
 @dataclass
 class Pause:
-    services: list[Service]
+    db: Pausable
+    nodes: list[str]
+    hold_s: float
     name: str = "pause"
     start_f: str = "pause"
     stop_f: str = "resume"
-    _paused: list[int] = field(default_factory=list)
+    targets: Targets = pick_targets
+    _paused: list[str] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
-        self._paused = pick_targets(len(self.services), rng)
-        for i in self._paused:
-            self.services[i].pause()
-        return {"nodes": [self.services[i].node.name for i in self._paused]}
+        self._paused = self.targets(self.nodes, rng)
+        for n in self._paused:
+            self.db.pause(n)
+        return {"fault": self.name, "targets": list(self._paused), "nodes": list(self._paused)}
 
     def stop(self) -> dict[str, Any]:
-        names = [self.services[i].node.name for i in self._paused]
+        names = list(self._paused)
         self.heal()
-        return {"nodes": names}
+        return {"fault": self.name, "targets": names, "nodes": names}
 
     def heal(self) -> None:
         # resume everything, not only what we remember pausing: SIGCONT is harmless
-        for s in self.services:
-            s.resume()
         self._paused = []
+        _all_or_raise("resume", self.nodes, self.db.resume)
+
+
+def kill(ctx: RunContext) -> Kill:
+    assert isinstance(ctx.db, Killable)
+    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay)
+
+
+def pause(ctx: RunContext) -> Pause:
+    assert isinstance(ctx.db, Pausable)
+    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval)
+
+
+def kill_primary(ctx: RunContext) -> Kill:
+    assert isinstance(ctx.db, Killable)
+    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay,
+                name="kill-primary", targets=primaries(ctx.db))
+
+
+def pause_primary(ctx: RunContext) -> Pause:
+    assert isinstance(ctx.db, Pausable)
+    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval,
+                 name="pause-primary", targets=primaries(ctx.db))

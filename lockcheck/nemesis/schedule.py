@@ -17,22 +17,20 @@ Record = Callable[[str, str, Any], None]  # (type, f, value)
 
 
 class NemesisSchedule(threading.Thread):
-    """quiet `interval` -> start a random fault -> hold it -> stop it -> repeat.
+    """quiet `interval` -> start a random fault -> hold it `nem.hold_s` -> stop -> repeat."""
 
-    A fault is held for `interval`, except kill, whose restart follows after
-    `restart_delay` (a crashed server that its supervisor restarts).
-    """
-
-    def __init__(self, nemeses: Sequence[Nemesis], *, interval: float, restart_delay: float,
-                 until: float, rng: random.Random, record: Record) -> None:
+    def __init__(self, nemeses: Sequence[Nemesis], *, interval: float, until: float,
+                 rng: random.Random, record: Record) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.nemeses = list(nemeses)
-        self.interval, self.restart_delay, self.until = interval, restart_delay, until
+        self.interval, self.until = interval, until
         self.rng, self.record = rng, record
         self.stop_event = threading.Event()
         self.active: Nemesis | None = None
+        self.active_value: dict[str, Any] = {}
         self.faults = 0
         self.error: BaseException | None = None
+        self.heal_errors: list[str] = []
         self.lock = threading.Lock()
 
     def _sleep(self, seconds: float) -> bool:
@@ -50,15 +48,28 @@ class NemesisSchedule(threading.Thread):
                         break
                     self.record("invoke", nem.start_f, None)
                     self.active = nem
-                    value = nem.start(self.rng)
+                    try:
+                        value = nem.start(self.rng)
+                    except BaseException as e:
+                        # a fault that failed half-way is still on record, then healed
+                        self.record("info", nem.start_f, {"fault": nem.name,
+                                                          "error": f"{type(e).__name__}: {e}"})
+                        raise
+                    self.active_value = value
                     self.faults += 1
                     self.record("info", nem.start_f, value)
-                hold = self.restart_delay if nem.name == "kill" else self.interval
-                self._sleep(hold)
+                self._sleep(nem.hold_s)
                 self.stop_active()
         except BaseException as e:  # surfaced by the runner; heal still runs
             log.exception("nemesis failed")
             self.error = e
+
+    def describe_active(self) -> tuple[str, ...]:
+        nem, v = self.active, self.active_value
+        if nem is None:
+            return ()
+        targets = v.get("targets") if isinstance(v, dict) else None
+        return (f"{nem.name} {','.join(map(str, targets))}" if targets else nem.name,)
 
     def stop_active(self) -> None:
         with self.lock:
@@ -66,18 +77,26 @@ class NemesisSchedule(threading.Thread):
             if nem is None:
                 return
             self.record("invoke", nem.stop_f, None)
-            value = nem.stop()
+            try:
+                value = nem.stop()
+            except Exception as e:
+                value = {"fault": nem.name, "error": f"{type(e).__name__}: {e}"}
+                self.heal_errors.append(f"{nem.name}: {e}")
+                log.exception("stopping %s failed", nem.name)
             self.record("info", nem.stop_f, value)
 
-    def finish(self) -> None:
-        """Stop scheduling, end the active fault, then heal everything (idempotent)."""
+    def finish(self) -> list[str]:
+        """Stop scheduling, end the active fault, heal everything; return what failed
+        in this call (it may be called again: every heal is idempotent)."""
+        before = len(self.heal_errors)
         self.stop_event.set()
         if self.is_alive():
-            self.join(timeout=30)
+            self.join(timeout=60)
         try:
             self.stop_active()
         finally:
-            heal_all(self.nemeses)
+            self.heal_errors += heal_all(self.nemeses)
+        return self.heal_errors[before:]
 
 
 def heal_all(nemeses: Sequence[Nemesis]) -> list[str]:
@@ -88,5 +107,5 @@ def heal_all(nemeses: Sequence[Nemesis]) -> list[str]:
             n.heal()
         except Exception as e:
             log.exception("heal of %s failed", n.name)
-            errors.append(f"{n.name}: {e}")
+            errors.append(f"heal of {n.name} failed: {e}")
     return errors

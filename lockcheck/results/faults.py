@@ -6,7 +6,8 @@ matching stop f closes it. New histories name the fault and its targets in the v
 paired by that name when it is there, and by the f table below for older histories.
 A fault name this module has never heard of is still shown, generically: an f of the
 form `start-X`/`stop-X` pairs by itself, a known stop word closes the open window of
-its fault, and anything else is a zero-length window (an instant event).
+its fault, and anything else is a zero-length window (an instant event), as is a start
+that failed (its value carries `error`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def fault_windows(ops: Iterable[Op]) -> list[FaultWindow]:
         fault, role = classify(op)
         if role == "toggle":
             role = "stop" if open_.get(fault) else "start"
+        if role == "start" and isinstance(op.value, dict) and "error" in op.value:
+            role = "instant"  # a start that failed opened nothing
         if role == "start":
             open_.setdefault(fault, []).append(op)
         elif role == "stop":

@@ -69,10 +69,11 @@ def plan(backends: Sequence[str], workloads: Sequence[str], nemeses: Sequence[st
 
 def known_names() -> tuple[set[str], set[str], set[str]]:
     """(backends, workloads, nemeses) the `test` command accepts."""
-    from lockcheck.locks.backends import BACKENDS
-    from lockcheck.spec import NEMESES, WORKLOADS
+    from lockcheck.backends import BACKENDS
+    from lockcheck.nemesis.registry import NEMESES
+    from lockcheck.workloads.registry import WORKLOADS
 
-    return set(BACKENDS), set(WORKLOADS), set(NEMESES)
+    return set(BACKENDS), set(WORKLOADS), {"none", *NEMESES}
 
 
 def validate(backends: Sequence[str], workloads: Sequence[str], nemeses: Sequence[str]) -> None:

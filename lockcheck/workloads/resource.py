@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from lockcheck.results.store import RESOURCE
+from lockcheck.workloads.api import ResourceContext
+
 
 @dataclass
 class ResourceState:
@@ -89,6 +92,9 @@ class ResourceServer:
         self.thread.start()
         return self
 
+    def worker_config(self) -> dict[str, Any]:
+        return {"socket": str(self.socket_path)}
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -101,8 +107,8 @@ class ResourceServer:
 class ResourceClient:
     """The worker's side: one blocking request per write."""
 
-    def __init__(self, socket_path: str, timeout_s: float) -> None:
-        self.path = socket_path
+    def __init__(self, config: dict[str, Any] | str, timeout_s: float) -> None:
+        self.path = config["socket"] if isinstance(config, dict) else config
         self.timeout = timeout_s
         self.sock: socket.socket | None = None
         self.buf = b""
@@ -133,3 +139,9 @@ class ResourceClient:
             self.sock.close()
             self.sock = None
             self.buf = b""
+
+
+def start_resource(ctx: ResourceContext) -> ResourceServer:
+    """The `fenced` workload's resource, as the runner starts it."""
+    return ResourceServer(ctx.workdir / "resource.sock", ctx.run_dir / RESOURCE,
+                          ctx.mode, ctx.t0_ns)

@@ -197,7 +197,8 @@ def test_results_layout(none_run: Any) -> None:
               "nodes/n1/redis.log"):
         assert (d / f).is_file(), f
         assert (d / f).stat().st_size > 0, f
-    assert sorted(p.name for p in (d / "workers").iterdir()) == [f"c{i}.log" for i in range(5)]
+    assert sorted(p.name for p in (d / "workers").iterdir()) == [
+        *(f"c{i}.log" for i in range(5)), "recovery.log"]
     latest = d.parent / "latest"
     assert latest.is_symlink() and os.readlink(latest) == d.name
     assert latest.resolve() == d.resolve()
@@ -225,12 +226,18 @@ def test_history_is_readable_and_complete(none_run: Any) -> None:
     assert {o.f for o in ops} >= {"acquire", "release", "renew", "enter", "exit"}
     pairs = list(pair_ops(ops))
     assert all(p.complete is not None for p in pairs), "a clean stop completes every op"
-    # each process's records are in time order; every record names its worker
+    # each process's records are in time order; every record names its worker (the
+    # five clients, and the recovery worker, index 5, at the end)
     last: dict[Any, int] = {}
     for o in ops:
-        assert o.worker in range(5)
+        assert o.worker in range(6)
         assert o.time >= last.get(o.process, 0)
         last[o.process] = o.time
+    recovery = [o for o in ops if o.worker == 5]
+    assert recovery and min(o.time for o in recovery) > max(o.time for o in ops
+                                                            if o.worker != 5)
+    assert {o.key for o in recovery if o.f == "acquire" and o.type == "ok"} == {"k0", "k1", "k2"}
+    assert none_run.results()["recovery"]["valid"] is True
 
 
 def test_redis_log_and_controller_log(none_run: Any) -> None:

@@ -56,3 +56,17 @@ def test_unknown_faults_never_crash() -> None:
     assert [(w.fault, w.start, w.end) for w in ws] == [
         ("loss", 10, 20), ("clock-strobe", 30, 40), ("bump", 50, 50)]
     assert ws[0].detail == "n1, share 0.3" and ws[2].detail == "[1, 2, 3]"
+
+
+def test_a_failed_start_opens_no_window() -> None:
+    ops = (
+        H()
+        .nemesis("pause-client", 0, 10, {"fault": "client-pause", "targets": [],
+                                         "error": "no worker held a lock"})
+        .nemesis("kill", 20, 30, {"fault": "kill", "targets": ["n1"], "nodes": ["n1"]})
+        .nemesis("restart", 39, 40, {"fault": "kill", "targets": ["n1"], "nodes": ["n1"]})
+        .op(0, "event", "enter", "k", {"fence": 1}, 1000)
+        .ops()
+    )
+    assert [(w.fault, w.start, w.end) for w in fault_windows(ops)] == [
+        ("client-pause", 10, 10), ("kill", 30, 40)]

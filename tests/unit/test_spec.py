@@ -10,8 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockcheck import spec as spec_mod
+from lockcheck.backends import BACKENDS
 from lockcheck.errors import BadInput
-from lockcheck.spec import NEMESES, RESOURCES, WORKLOADS, parse_nemesis, parse_range_ms, validate
+from lockcheck.nemesis.registry import NEMESES, parse_nemesis
+from lockcheck.spec import RESOURCES, parse_range_ms, validate
+from lockcheck.workloads.registry import WORKLOADS
 
 Spec = spec_mod.TestSpec  # not imported by its name: pytest would try to collect "Test*"
 
@@ -49,17 +52,26 @@ def test_to_json_is_plain_json_with_the_name() -> None:
                          "time_limit", "ttl_ms", "hold_ms", "resource", "seed", "clock_drift"}
 
 
-def test_constants() -> None:
-    assert WORKLOADS == ("mutex", "fenced")
-    assert "none" in NEMESES and {"partition", "kill", "pause"} <= set(NEMESES)
+def test_registries_know_the_names_the_cli_offers() -> None:
+    assert {"mutex", "fenced"} <= set(WORKLOADS)
+    assert {"partition", "kill", "pause", "client-pause"} <= set(NEMESES)
+    assert "none" not in NEMESES  # "none" is the empty list, not a fault
+    assert "redis" in BACKENDS
     assert RESOURCES == ("fenced", "unfenced")
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_every_backend_validates_with_its_default_nodes(name: str) -> None:
+    b = BACKENDS[name]
+    assert validate(Spec(backend=name, nodes=b.default_nodes)).backend == name
 
 
 # -- --nemesis -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("none", ("none",)), ("kill", ("kill",)), ("partition,kill", ("partition", "kill")),
+    ("none", ()), (" none ", ()), ("kill", ("kill",)), ("client-pause", ("client-pause",)),
+    ("partition,kill", ("partition", "kill")),
     (" pause , kill ,", ("pause", "kill")), ("kill,kill", ("kill", "kill")),
 ])
 def test_parse_nemesis(text: str, expected: tuple[str, ...]) -> None:
@@ -110,7 +122,11 @@ def test_validate_returns_the_spec() -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"backend": "zookeeper"}, "unknown backend 'zookeeper'"),
+    ({"backend": "zookeper"}, "unknown backend 'zookeper'"),
+    ({"nemesis": ("chaos",)}, "unknown nemesis 'chaos'"),
+    ({"provider": "cloud"}, "unknown provider 'cloud'"),
+    ({"pause_ms": 0}, "--pause-ms must be at least 1"),
+    ({"restart_delay": -0.1}, "--restart-delay-ms must not be negative"),
     ({"workload": "queue"}, "unknown workload 'queue'"),
     ({"resource": "sometimes"}, "unknown resource mode 'sometimes'"),
     ({"concurrency": 0}, "--concurrency must be at least 1"),

@@ -1,0 +1,101 @@
+"""Backends by name: which database runs on the nodes and which client library locks.
+
+A backend is a database (`cluster/`) plus a lock client (`locks/`) plus the switches of
+a variant. Adding one is a module in each folder and an entry in `BACKENDS`; nothing
+else in lockcheck branches on backend names. Factories are named as "module:attr"
+strings so that this table imports nothing heavy: a client worker loads only its own
+client library, and the controller only the database it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lockcheck.errors import BadInput
+
+if TYPE_CHECKING:
+    from lockcheck.cluster.api import DB
+    from lockcheck.locks.api import ClientFactory
+    from lockcheck.spec import TestSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    name: str
+    family: str  # backends of one family share a database: redis, redlock, zookeeper, ...
+    description: str
+    db: str  # "module:factory", called as factory(spec, options) -> DB
+    client: str  # "module:factory", a `locks.api.ClientFactory`
+    library: str  # the PyPI distribution of the client library, for its version
+    fence: str | None  # where fencing tokens come from; None: the backend issues none
+    expect: str  # what a run is expected to show, in a sentence
+    default_nodes: int = 1
+    min_nodes: int = 1
+    max_nodes: int | None = None
+    binaries: tuple[str, ...] = ()  # server programs that must be installed
+    options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
+    unsafe: bool = False  # a variant that exists to show a known failure
+
+    def make_db(self, spec: TestSpec) -> DB:
+        factory: Callable[..., DB] = load(self.db)
+        return factory(spec, self.options)
+
+    def client_factory(self) -> ClientFactory:
+        factory: ClientFactory = load(self.client)
+        return factory
+
+    def library_version(self) -> str:
+        try:
+            return importlib.metadata.version(self.library)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+
+def load(dotted: str) -> Any:
+    """`"package.module:attr"` -> the attribute."""
+    module, _, attr = dotted.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _redis(**kw: Any) -> Backend:
+    """Single-instance Redis backends: redis-py on one master per lock name."""
+    base: dict[str, Any] = dict(
+        family="redis", db="lockcheck.cluster.redis:RedisDB",
+        client="lockcheck.locks.redis:make_clients", library="redis",
+        binaries=("redis-server",))
+    return Backend(**{**base, **kw})
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in [
+        _redis(
+            name="redis",
+            description="single-instance Redis per lock name: redis-py Lock (SET NX PX, "
+                        "token-checked Lua release/renew), a Lua fence counter",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="safe without faults; a master restarted empty (kill) or a paused "
+                   "holder (client-pause) gives overlapping holders",
+        ),
+    ]
+}
+
+
+def backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise BadInput(f"unknown backend {name!r}; available: {', '.join(BACKENDS)} "
+                       "(see: lockcheck backends)") from None
+
+
+def key_names(n: int) -> list[str]:
+    return [f"k{i}" for i in range(n)]
+
+
+def families() -> Sequence[str]:
+    return sorted({b.family for b in BACKENDS.values()})

@@ -1,0 +1,234 @@
+"""The cluster layer's interfaces: providers give nodes, databases run on them.
+
+Three levels, as in Jepsen:
+
+* a **provider** (local network namespaces today; Docker and SSH hosts later) makes a
+  `Cluster`: server `Node`s and `ClientHost`s, cut off from each other on demand;
+* a **database** (`DB`) is written once against `Node` and sets up a whole ensemble
+  (a ZooKeeper quorum is configured and started as one), tears it down, reports
+  versions and tells client workers how to reach it (`client_config`);
+* optional **capabilities** of a database (`Killable`, `Pausable`, `HasPrimary`,
+  `LogFiles`) are separate protocols, checked with `isinstance` where they are used:
+  a nemesis that needs one the backend lacks is refused before the run starts.
+
+Nothing outside `cluster/` needs to know which provider it is talking to.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from random import Random
+from typing import IO, Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Daemon(Protocol):
+    """A long-running process lockcheck started on a node; we hold its PID."""
+
+    name: str
+    node: str
+    pid: int
+
+    def alive(self) -> bool: ...
+
+    def signal(self, sig: int) -> bool:
+        """Send `sig`; False if the process was already gone."""
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Until the process has exited; True if it did within `timeout` seconds."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL (after SIGCONT) and wait until it is gone."""
+        ...
+
+    def stop(self, grace: float = 2.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds."""
+        ...
+
+
+@runtime_checkable
+class Node(Protocol):
+    """A server host: run commands and daemons on it, cut it off from other hosts."""
+
+    name: str
+    address: str
+    workdir: Path  # this run's folder on the node (data, configs, logs)
+
+    def run(self, argv: Sequence[str], *, timeout: float = 10.0,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a command to completion on the node and return its output."""
+        ...
+
+    def spawn(self, name: str, argv: Sequence[str], *, log: Path | None = None,
+              env: Mapping[str, str] | None = None) -> Daemon:
+        """Start a daemon; the PID kept is the process itself (no wrapper in between).
+
+        `log` (a path on the node) receives its stdout and stderr.
+        """
+        ...
+
+    def write_file(self, path: Path, text: str) -> None:
+        """Create or replace a file on the node."""
+        ...
+
+    def fetch(self, path: Path, dest: Path) -> bool:
+        """Copy a file from the node to `dest` on the controller; False if it is missing."""
+        ...
+
+    def block(self, sources: Sequence[str]) -> None:
+        """Drop every packet arriving from these addresses (one side of a partition)."""
+        ...
+
+    def heal(self) -> None:
+        """Remove every drop rule lockcheck put on this node. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class ClientHost(Protocol):
+    """Where a client worker runs. Always on the controller's machine, so every
+    process of a run reads the same monotonic clock; it can still be cut off from
+    some nodes (a partition can split clients too)."""
+
+    name: str
+    address: str
+
+    def spawn(self, name: str, argv: Sequence[str], *, log_path: Path | None = None,
+              env: Mapping[str, str] | None = None, stdin: int | IO[Any] | None = None,
+              stdout: int | IO[Any] | None = None) -> Any:
+        """Start a local process (a `cluster.node.LocalDaemon` with its Popen)."""
+        ...
+
+    def block(self, sources: Sequence[str]) -> None: ...
+
+    def heal(self) -> None: ...
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """The nodes and client hosts of one run, created by a provider."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def nodes(self) -> Sequence[Node]: ...
+
+    @property
+    def clients(self) -> Sequence[ClientHost]: ...
+
+    @property
+    def workdir(self) -> Path:
+        """A temp folder of this run on the controller (sockets, worker files)."""
+        ...
+
+    def up(self) -> Cluster: ...
+
+    def down(self) -> None:
+        """Remove everything the cluster created. Idempotent."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data for test.json: provider, addresses, subnet, ..."""
+        ...
+
+    def keep(self, services: Mapping[str, Mapping[str, object]]) -> None:
+        """Leave the cluster running after this process ends (`--leave-running`,
+        `lockcheck cluster up`); `services` describes what runs on each node."""
+        ...
+
+
+# -- databases ---------------------------------------------------------------------------
+
+
+@runtime_checkable
+class DB(Protocol):
+    """A lock service on a cluster's nodes (Jepsen's `db/DB`), set up as a whole."""
+
+    name: str
+
+    def setup(self, cluster: Cluster) -> None:
+        """Start the ensemble on the cluster's nodes and wait until it serves."""
+        ...
+
+    def teardown(self) -> None:
+        """Stop every server. Idempotent; safe after a failed setup."""
+        ...
+
+    def versions(self) -> dict[str, str]:
+        """Server versions, e.g. {"redis-server": "7.0.15"}; no running server needed."""
+        ...
+
+    def client_config(self) -> dict[str, Any]:
+        """What a client worker needs to reach the service (plain JSON data)."""
+        ...
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        """Per node: which server runs there and on which port (for `cluster status`)."""
+        ...
+
+
+@runtime_checkable
+class Killable(Protocol):
+    """Servers can be killed (SIGKILL) and started again (Jepsen's `db/Kill`)."""
+
+    def kill(self, node: str) -> None: ...
+
+    def start(self, node: str) -> None:
+        """Start the server of `node` again and wait until it serves."""
+        ...
+
+    def alive(self, node: str) -> bool: ...
+
+
+@runtime_checkable
+class Pausable(Protocol):
+    """Servers can be paused (SIGSTOP) and resumed (Jepsen's `db/Pause`)."""
+
+    def pause(self, node: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+
+@runtime_checkable
+class HasPrimary(Protocol):
+    """The service can say which nodes lead right now (Jepsen's `db/Primary`)."""
+
+    def primaries(self) -> list[str]: ...
+
+
+@runtime_checkable
+class CanFailover(Protocol):
+    """The service can be made to change its primary, or drop its clients' sessions,
+    on demand (Sentinel's `SENTINEL FAILOVER`; terminating Postgres backends)."""
+
+    def failover(self, rng: Random) -> dict[str, Any]:
+        """Do it now; return what was done (with `targets`: the nodes involved)."""
+        ...
+
+
+@runtime_checkable
+class LogFiles(Protocol):
+    """Server logs to copy into the results folder (Jepsen's `db/LogFiles`)."""
+
+    def log_files(self) -> Mapping[str, Sequence[Path]]:
+        """Node name -> paths on that node."""
+        ...
+
+
+CAPABILITIES: dict[str, type] = {
+    "kill": Killable,
+    "pause": Pausable,
+    "primary": HasPrimary,
+    "failover": CanFailover,
+    "logs": LogFiles,
+}
+
+
+def capabilities(db: object) -> list[str]:
+    """The names of the optional capabilities `db` has."""
+    return [name for name, proto in CAPABILITIES.items() if isinstance(db, proto)]

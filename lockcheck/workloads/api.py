@@ -1,0 +1,94 @@
+"""What a workload is: the body of a critical section, and the resource it protects.
+
+The worker loop (`workloads/worker.py`) is the same for every workload: acquire a random
+lock name, enter, run the workload's *body*, exit, release. The body gets a `Section`:
+it can `work()` (hold the lock for a while; renewals happen in between, on the same
+process, so a process never has two operations in flight) and `call()` recorded
+operations on the protected resource. A workload may bring a *resource* that the
+controller runs for the length of the test (a fenced store, a table), and the
+checkers and verdict rule that judge it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+# A body returns None when the section ran to its end, or why it stopped early:
+# "not-owner" (a renew was refused), "lease-expired" (its own lease clock ran out),
+# "indefinite" (an op's outcome is unknown: the process retired), "error".
+Reason = str | None
+
+
+class Section(Protocol):
+    """The critical section a body runs in (implemented by the worker)."""
+
+    key: str
+    fence: int | None
+    lease_token: str
+    resource: Any  # the workload's resource client in this worker, or None
+
+    def hold_time(self) -> float:
+        """A critical-section length in seconds, drawn from `--hold-ms`."""
+        ...
+
+    def work(self, seconds: float, *, watch_clock: bool = True) -> Reason:
+        """Hold the lock for `seconds`, renewing when due; stop early when a renewal is
+        refused or the client library says the lock is gone, and (with `watch_clock`)
+        as soon as the client's own lease clock runs out."""
+        ...
+
+    def believes(self) -> Reason:
+        """None while the client believes it holds the lock, else why not."""
+        ...
+
+    def call(self, f: str, value: Mapping[str, Any],
+             fn: Callable[[int], Outcome]) -> Outcome:
+        """Record `invoke f value`, run `fn(process)`, record its completion.
+
+        `fn` returns an `Outcome`; OSError/TimeoutError (or `Indefinite`) from it is
+        recorded as `info` and retires the process (the section then ends)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    type: str  # "ok", "fail" or "info"
+    value: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceContext:
+    """What the controller gives a workload's resource when it starts it."""
+
+    mode: str  # --resource: "fenced" or "unfenced"
+    workdir: Path  # the run's temp folder on the controller (sockets)
+    run_dir: Path  # the results folder (the resource's own log goes here)
+    t0_ns: int
+    options: Mapping[str, Any]
+
+
+class Resource(Protocol):
+    """A protected resource the controller runs for the length of a test."""
+
+    def start(self) -> Resource: ...
+
+    def stop(self) -> None: ...
+
+    def worker_config(self) -> dict[str, Any]:
+        """Plain data a worker needs to reach it."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    name: str
+    description: str
+    body: str  # "module:function", called in the worker as body(section) -> Reason
+    checkers: tuple[str, ...]  # run at the end, by name (checker/registry.py)
+    verdict: str  # the rule that turns checker results into the verdict (checker/verdict.py)
+    resource: str | None = None  # "module:factory": factory(ResourceContext) -> Resource
+    resource_client: str | None = None  # "module:factory": factory(config, timeout_s) -> client

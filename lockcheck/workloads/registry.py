@@ -1,0 +1,38 @@
+"""Workloads by name. Adding one is a module with its body and an entry here."""
+
+from __future__ import annotations
+
+from lockcheck.errors import BadInput
+from lockcheck.workloads.api import Workload
+
+_LOCK_CHECKERS = ("mutual-exclusion", "fencing", "lease-safety", "linearizable")
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload(
+            name="mutex",
+            description="acquire, hold for --hold-ms (renewing every TTL/3), release; "
+                        "the lock is on trial",
+            body="lockcheck.workloads.mutex:body",
+            checkers=_LOCK_CHECKERS, verdict="mutex",
+        ),
+        Workload(
+            name="fenced",
+            description="the same, then write the fence to a protected resource that "
+                        "rejects stale fences (--resource fenced) or not (unfenced); "
+                        "the resource is on trial",
+            body="lockcheck.workloads.fenced:body",
+            resource="lockcheck.workloads.resource:start_resource",
+            resource_client="lockcheck.workloads.resource:ResourceClient",
+            checkers=_LOCK_CHECKERS, verdict="fenced",
+        ),
+    ]
+}
+
+
+def workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise BadInput(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None

@@ -1,0 +1,326 @@
+"""A client worker process: the loop every workload shares, one JSON op per line on stdout.
+
+acquire -> enter -> body (work, renewals, resource calls) -> exit -> release, over and
+over, on random lock names, with jittered backoff after a refusal. One thread issues
+every operation, so a process never has two in flight, as in Jepsen; renewals
+happen between steps of the body, every TTL/3. The client stops its critical section
+by itself as soon as it can no longer believe it holds the lock: a renew was
+refused, its own lease clock ran out, or its library said the lock is gone.
+
+An `info` of any operation retires the process id (the op may still take effect):
+the worker continues as `process + process_stride`. After an `info` inside a
+critical section the section ends and the lease is released under the new id; the
+release names the lease, so checkers know whose it was.
+
+In `recover` mode (the run's last phase, after every fault is healed), the worker
+takes each lock once, retrying until `recover_s` runs out: a service that serves
+again lets it through quickly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from lockcheck.locks.api import (
+    ClientOptions,
+    Definite,
+    Indefinite,
+    Lease,
+    LockClient,
+    NotOwner,
+)
+from lockcheck.workloads.api import Outcome, Reason
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker: int
+    process_stride: int
+    backend: str
+    workload: str
+    client_config: dict[str, Any]
+    keys: list[str]
+    ttl_ms: int
+    hold_ms: tuple[int, int]
+    seed: int
+    t0_ns: int
+    op_timeout_s: float
+    drift: float = 0.01
+    backoff_ms: tuple[int, int] = (5, 30)
+    resource: dict[str, Any] | None = None
+    mode: str = "run"  # "run" or "recover"
+    recover_s: float = 10.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_json(s: str) -> WorkerConfig:
+        d = json.loads(s)
+        d["hold_ms"] = tuple(d["hold_ms"])
+        d["backoff_ms"] = tuple(d["backoff_ms"])
+        return WorkerConfig(**d)
+
+
+class Recorder:
+    """Writes ops as JSON lines. A lock, because a client library's own thread may log."""
+
+    def __init__(self, out: IO[str], t0_ns: int, worker: int) -> None:
+        self.out = out
+        self.t0 = t0_ns
+        self.worker = worker
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
+                 error: str | None = None) -> None:
+        d: dict[str, Any] = {"time": time.monotonic_ns() - self.t0, "process": process,
+                             "type": type_, "f": f, "key": key, "value": value}
+        if error is not None:
+            d["error"] = error
+        d["worker"] = self.worker
+        line = json.dumps(d) + "\n"
+        with self.lock:
+            try:
+                self.out.write(line)
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken = True  # the controller is gone: stop
+
+
+def _lease_value(lease: Lease, **extra: Any) -> dict[str, Any]:
+    return {"fence": lease.fence, "lease": lease.token, **extra}
+
+
+class CriticalSection:
+    """The `workloads.api.Section` a body runs in; renews the lease when due."""
+
+    def __init__(self, worker: Worker, client: LockClient, lease: Lease) -> None:
+        self.worker, self.client, self.lease = worker, client, lease
+        self.key = lease.key
+        self.fence = lease.fence
+        self.lease_token = lease.token
+        self.resource = worker.resource
+        self.interval_ns = lease.ttl_ms * 1_000_000 // 3
+        self.next_renew = time.monotonic_ns() + self.interval_ns
+        self.retired = False  # an op's outcome is unknown: the worker must retire
+
+    def hold_time(self) -> float:
+        lo, hi = self.worker.cfg.hold_ms
+        return self.worker.rng.uniform(lo, hi) / 1000.0
+
+    def believes(self) -> Reason:
+        if self.retired:
+            return "indefinite"
+        if self.lease.lost:
+            return "not-owner"
+        if not self.lease.still_holds():
+            return "lease-expired"
+        return None
+
+    def work(self, seconds: float, *, watch_clock: bool = True) -> Reason:
+        end = time.monotonic_ns() + int(seconds * 1e9)
+        stopping = self.worker.stopping
+        while True:
+            reason = self.believes() if watch_clock else self._told_lost()
+            if reason is not None:
+                return reason
+            now = time.monotonic_ns()
+            # the end of the work comes before a renewal that is due: after a pause the
+            # work carries on at once, as it would while a heartbeat thread renews
+            if now >= end or stopping.is_set():
+                return None
+            if now >= self.next_renew:
+                reason = self.renew()
+                if reason is not None:
+                    return reason
+                continue
+            # wake before the lease clock runs out, to notice it promptly
+            wake = min(end, self.next_renew, self.lease.valid_until_ns)
+            time.sleep(max(0.0, min((wake - now) / 1e9, 0.01)))
+
+    def _told_lost(self) -> Reason:
+        if self.retired:
+            return "indefinite"
+        return "not-owner" if self.lease.lost else None
+
+    def renew(self) -> Reason:
+        w, lease = self.worker, self.lease
+        p, key = w.process, self.key
+        self.next_renew = time.monotonic_ns() + self.interval_ns
+        w.rec(p, "invoke", "renew", key, _lease_value(lease, ttl_ms=lease.ttl_ms))
+        try:
+            self.client.renew(lease)
+        except NotOwner:
+            lease.lost = True
+            w.rec(p, "fail", "renew", key, _lease_value(lease), "not-owner")
+            return "not-owner"
+        except Definite as e:
+            w.rec(p, "fail", "renew", key, _lease_value(lease), str(e))
+        except Indefinite as e:
+            w.rec(p, "info", "renew", key, _lease_value(lease), str(e))
+            self.retired = True
+            return "indefinite"
+        else:
+            w.rec(p, "ok", "renew", key, _lease_value(lease))
+        return None
+
+    def call(self, f: str, value: Mapping[str, Any],
+             fn: Callable[[int], Outcome]) -> Outcome:
+        w = self.worker
+        p = w.process
+        w.rec(p, "invoke", f, self.key, dict(value))
+        try:
+            out = fn(p)
+        except (OSError, Indefinite) as e:
+            out = Outcome("info", dict(value), str(e)[:80] or type(e).__name__)
+        except Definite as e:
+            out = Outcome("fail", dict(value), str(e)[:80])
+        w.rec(p, out.type, f, self.key, out.value, out.error)
+        if out.type == "info":
+            self.retired = True
+        return out
+
+
+class Worker:
+    def __init__(self, cfg: WorkerConfig, clients: Mapping[str, LockClient], rec: Recorder,
+                 body: Callable[[CriticalSection], Reason], resource: Any = None) -> None:
+        self.cfg, self.clients, self.rec, self.body = cfg, clients, rec, body
+        self.resource = resource
+        self.rng = random.Random(cfg.seed * 1_000_003 + cfg.worker)
+        self.process = cfg.worker
+        self.stopping = threading.Event()
+
+    def retire(self) -> None:
+        self.process += self.cfg.process_stride
+
+    def backoff(self) -> None:
+        lo, hi = self.cfg.backoff_ms
+        self.stopping.wait(self.rng.uniform(lo, hi) / 1000.0)
+
+    def run(self) -> None:
+        while not self.stopping.is_set() and not self.rec.broken:
+            self.one_round(self.rng.choice(self.cfg.keys))
+
+    def recover(self) -> None:
+        """Take every lock once (retrying), as the last phase of a run."""
+        deadline = time.monotonic() + self.cfg.recover_s
+        for key in self.cfg.keys:
+            while (time.monotonic() < deadline and not self.rec.broken
+                   and not self.stopping.is_set()):
+                if self.one_round(key, body=lambda s: None):
+                    break
+
+    def acquire(self, key: str) -> Lease | None:
+        cfg, rec, client = self.cfg, self.rec, self.clients[key]
+        p = self.process
+        rec(p, "invoke", "acquire", key, {"ttl_ms": cfg.ttl_ms})
+        try:
+            lease = client.acquire(key)
+        except Definite as e:
+            rec(p, "fail", "acquire", key, None, str(e))
+            return None
+        except Indefinite as e:
+            rec(p, "info", "acquire", key, None, str(e))
+            self.retire()
+            return None
+        if lease is None:
+            rec(p, "fail", "acquire", key, None, "busy")
+            return None
+        rec(p, "ok", "acquire", key, _lease_value(lease))
+        return lease
+
+    def one_round(self, key: str,
+                  body: Callable[[CriticalSection], Reason] | None = None) -> bool:
+        """acquire, body, release; True if the lock was granted."""
+        lease = self.acquire(key)
+        if lease is None:
+            self.backoff()
+            return False
+        client, rec = self.clients[key], self.rec
+        p = self.process
+        rec(p, "event", "enter", key, _lease_value(lease))
+        section = CriticalSection(self, client, lease)
+        try:
+            reason = (body or self.body)(section)
+        except Exception as e:  # a body bug: leave the section, say so on stderr
+            print(f"worker {self.cfg.worker}: body failed: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+            reason = "error"
+        rec(p, "event", "exit", key, _lease_value(lease, reason=reason or "done"))
+        if section.retired:
+            self.retire()
+        self.release(client, lease)
+        return True
+
+    def release(self, client: LockClient, lease: Lease) -> None:
+        p, key, rec = self.process, lease.key, self.rec
+        rec(p, "invoke", "release", key, _lease_value(lease))
+        try:
+            client.release(lease)
+        except NotOwner:
+            rec(p, "fail", "release", key, _lease_value(lease), "not-owner")
+        except Definite as e:
+            rec(p, "fail", "release", key, _lease_value(lease), str(e))
+        except Indefinite as e:
+            rec(p, "info", "release", key, _lease_value(lease), str(e))
+            self.retire()
+        else:
+            rec(p, "ok", "release", key, _lease_value(lease))
+
+
+def watch_stdin(worker: Worker) -> None:
+    """The controller asks us to stop by closing our stdin (or by dying)."""
+    parent = os.getppid()
+
+    def run() -> None:
+        sys.stdin.read()
+        worker.stopping.set()
+
+    def orphan() -> None:
+        while not worker.stopping.wait(0.5):
+            if os.getppid() != parent:
+                worker.stopping.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    threading.Thread(target=orphan, daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    from lockcheck.backends import BACKENDS, load
+    from lockcheck.workloads.registry import WORKLOADS
+
+    cfg = WorkerConfig.from_json(argv[0])
+    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker)
+    backend = BACKENDS[cfg.backend]
+    workload = WORKLOADS[cfg.workload]
+    opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
+                         worker=cfg.worker, options={**backend.options, **cfg.options})
+    clients = backend.client_factory()(cfg.client_config, cfg.keys, opts)
+    resource = None
+    if cfg.resource is not None and workload.resource_client is not None:
+        resource = load(workload.resource_client)(cfg.resource, cfg.op_timeout_s)
+    w = Worker(cfg, clients, rec, load(workload.body), resource)
+    watch_stdin(w)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            w.recover() if cfg.mode == "recover" else w.run()
+    finally:
+        for c in {id(c): c for c in clients.values()}.values():
+            with contextlib.suppress(Exception):
+                c.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

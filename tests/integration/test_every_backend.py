@@ -1,0 +1,60 @@
+"""Every default backend, real servers: a clean run is valid, and a run under every basic
+fault completes, heals every fault, serves again afterwards and leaves nothing behind.
+
+The default backend of a family is the one named after it (`redis`, `redlock`, ...).
+Findings that are specific to one backend live in that backend's own test module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockcheck.backends import BACKENDS
+from lockcheck.history import read_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+DEFAULTS = sorted(b.name for b in BACKENDS.values() if b.name == b.family)
+FAULTS = ("partition", "kill", "pause", "client-pause")
+
+
+@pytest.fixture(scope="module", params=DEFAULTS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def test_a_clean_run_is_valid(cli: Any, backend: str) -> None:
+    r = cli("test", "--backend", backend, "--nemesis", "none", "--time-limit", "5",
+            "--quiet", "1", timeout=180)
+    assert r.code == 0, r.explain()
+    res = r.results()
+    assert res["valid"] is True
+    assert res["checkers"]["mutual-exclusion"]["sections"] > 3, res["checkers"]
+    assert res["recovery"]["valid"] is True, res["recovery"]
+    assert res["errors"] == [], res["errors"]
+    t = r.test_json()
+    assert t["backend"] == backend and t["versions"][BACKENDS[backend].library]
+    cli.assert_no_leftovers(None)
+
+
+def test_every_fault_heals_and_the_service_serves_again(cli: Any, backend: str) -> None:
+    r = cli("test", "--backend", backend, "--nemesis", ",".join(FAULTS), "--time-limit", "16",
+            "--nemesis-interval", "1.5", "--quiet", "4", timeout=240)
+    assert r.code in (0, 1), r.explain()  # a finding is fine; a crash or unknown is not
+    res = r.results()
+    assert "failure" not in res, res.get("failure")
+    assert res["stats"]["faults"] >= 2, res["stats"]
+    assert res.get("heal_errors", []) == []
+    ops = read_history(r.run_dir / "history.jsonl")
+    nem = [o for o in ops if o.process == "nemesis" and o.type == "info"]
+    starts = [o for o in nem if o.value and "error" not in o.value and o.f in
+              ("start-partition", "kill", "pause", "pause-client")]
+    stops = [o for o in nem if o.f in ("stop-partition", "restart", "resume", "resume-client")]
+    assert starts and len(starts) == len(stops), [(o.f, o.value) for o in nem]
+    assert all(o.value.get("fault") in FAULTS for o in nem), [o.value for o in nem]
+    assert res["recovery"]["valid"] is True, res["recovery"]
+    assert not [e for e in res["errors"] if "recovery" in e or "heal" in e], res["errors"]
+    cli.assert_no_leftovers(None)
