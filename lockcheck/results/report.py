@@ -356,7 +356,7 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
             plots.throughput(acq, windows, colors, t_end),
             plots.hold_times(sections, windows, colors, metrics.get("ttl_ms")),
             plots.availability_bars(metrics.get("availability") or {}, colors)]
-    tl = timeline_data(ops, results, windows, colors)
+    tl = timeline_data(ops, results, windows, colors, sections)
     lin_html = _linearizable_html(run_dir, ops, test, results)
 
     valid = results.get("valid")

@@ -47,13 +47,16 @@ class _Index:
     """Finds the section a (process, key, time) belongs to."""
 
     def __init__(self, sections: Sequence[Section]) -> None:
-        self.by_pk: dict[tuple[Any, Any], list[tuple[int, int, int]]] = {}
-        for i, s in enumerate(sections):
-            self.by_pk.setdefault((s.process, s.key), []).append((s.start, s.end, i))
+        self.sections = sections
+        self._by_pk: dict[tuple[Any, Any], list[tuple[int, int, int]]] | None = None
 
     def find(self, process: Any, key: Any, t: int) -> int | None:
+        if self._by_pk is None:  # built on the first violation only: most runs have none
+            self._by_pk = {}
+            for i, s in enumerate(self.sections):
+                self._by_pk.setdefault((s.process, s.key), []).append((s.start, s.end, i))
         best = None
-        for start, end, i in self.by_pk.get((process, key), []):
+        for start, end, i in self._by_pk.get((process, key), []):
             if start <= t <= end:
                 return i
             if start <= t:
@@ -119,9 +122,11 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
 
 def timeline_data(ops: Sequence[Op], results: Mapping[str, Any],
                   windows: Sequence[FaultWindow], fault_colors: Mapping[str, str],
-                  ) -> dict[str, Any]:
-    """Everything the page's timeline script draws (see static/report.js)."""
-    sections = critical_sections(ops)
+                  sections: Sequence[Section] | None = None) -> dict[str, Any]:
+    """Everything the page's timeline script draws (see static/report.js). `sections`
+    saves recomputing the critical sections when the caller has them."""
+    if sections is None:
+        sections = critical_sections(ops)
     keys = sorted({s.key for s in sections if s.key is not None} |
                   {o.key for o in ops if o.key is not None and o.f == "write"})
     key_ix: dict[Any, int] = {k: i for i, k in enumerate(keys)}
