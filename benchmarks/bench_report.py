@@ -10,8 +10,9 @@ writer and checked by its checkers), or copies the real run given with `--run`,
 then, each in a fresh process:
 
 * `write`: `write_report(run_dir)` (reads history.jsonl and results.json, computes
-  the metrics, draws the plots, writes the page): seconds inside the call, and the
-  whole process with its imports;
+  the metrics, draws the plots, writes the page): seconds inside the call, the whole
+  process with its imports, and the CPU time of the call (what the wall time would
+  be on an idle machine; the first run also draws the linearizability visualization);
 * `open`: headless Chromium loads the page from the file (`--dump-dom`): the wall
   time of that Chromium process, the page's own time to its `load` event, the
   timeline's first draw, and redraws while zooming in 20 times and out again
@@ -44,10 +45,10 @@ import sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from lockcheck.results.report import write_report
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 p = write_report(Path(sys.argv[1]))
-t2 = time.perf_counter()
-print(t2 - t1, t2 - t0, p.stat().st_size)
+t2, c2 = time.perf_counter(), time.process_time()
+print(t2 - t1, t2 - t0, p.stat().st_size, c2 - c1)
 """
 
 
@@ -74,7 +75,7 @@ def main() -> int:
         print(f"{'run ' + str(args.run) if args.run else 'synthetic run'}: {lines:,} history "
               f"lines, {(run / 'history.jsonl').stat().st_size / 1e6:.1f} MB (ready in "
               f"{time.perf_counter() - t0:.1f} s)")
-        writes, totals, size = [], [], 0
+        writes, totals, cpus, size = [], [], [], 0
         for _ in range(args.repeat):
             (run / "report.html").unlink(missing_ok=True)
             out = subprocess.run([sys.executable, "-c", WRITE, str(run)], check=True,
@@ -82,9 +83,11 @@ def main() -> int:
             writes.append(float(out[0]))
             totals.append(float(out[1]))
             size = int(out[2])
+            cpus.append(float(out[3]))
         print(f"write_report: median {statistics.median(writes):.2f} s (runs: "
               f"{', '.join(f'{w:.2f}' for w in writes)}); process with imports: median "
-              f"{statistics.median(totals):.2f} s; report.html {size / 1e6:.2f} MB")
+              f"{statistics.median(totals):.2f} s; CPU time in the call: median "
+              f"{statistics.median(cpus):.2f} s; report.html {size / 1e6:.2f} MB")
         if chromium() is None:
             print("chromium not installed: no browser numbers")
             return 0
