@@ -16,6 +16,7 @@ from lockcheck.checker.intervals import Section, critical_sections
 from lockcheck.history import Op, pair_ops
 from lockcheck.results.faults import FaultWindow
 
+NEXT_SECTION_NS = 100_000_000  # a section this soon after a grant belongs to it
 REASONS = ("done", "lease-expired", "not-owner", "error", "open", "other")
 WRITE_ACCEPTED, WRITE_SAVE, WRITE_STALE = 0, 1, 2
 
@@ -44,7 +45,8 @@ def _reason(s: Section) -> int:
 
 
 class _Index:
-    """Finds the section a (process, key, time) belongs to."""
+    """Finds the section a (process, key, time) belongs to: the one that contains the
+    time, or (for a grant) the one that begins right after it."""
 
     def __init__(self, sections: Sequence[Section]) -> None:
         self.sections = sections
@@ -55,13 +57,13 @@ class _Index:
             self._by_pk = {}
             for i, s in enumerate(self.sections):
                 self._by_pk.setdefault((s.process, s.key), []).append((s.start, s.end, i))
-        best = None
+        after = None
         for start, end, i in self._by_pk.get((process, key), []):
             if start <= t <= end:
                 return i
-            if start <= t:
-                best = i  # the latest section that began before t
-        return best
+            if t < start <= t + NEXT_SECTION_NS and after is None:
+                after = i  # a grant's own section begins just after its ok
+        return after
 
 
 def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]:
@@ -70,6 +72,7 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
 
     def add(kind: str, key: Any, band: tuple[int, int] | None, marks: Sequence[int],
             secs: Sequence[int | None], text: str) -> None:
+        """`secs`: the sections of the processes involved (older holder first)."""
         out.append({"kind": kind, "key": key,
                     "band": [_us(band[0]), _us(band[1])] if band else None,
                     "marks": [_us(m) for m in marks],

@@ -55,6 +55,15 @@ def test_timeline_has_every_holder_fault_and_violation(fenced_run: Path,
     assert sum(v["kind"] == "overlap" for v in tl["viols"]) == n_overlaps
     # both holders of an overlap are marked
     assert all(len(v["secs"]) == 2 for v in tl["viols"] if v["kind"] == "overlap")
+    # a grant during a valid lease marks the holder's section and the new holder's own
+    # (the one that begins at that grant, not an earlier one of the same process)
+    lease = results["checkers"]["lease-safety"]["violations"]
+    secs = tl["secs"]
+    for v, r in zip([v for v in tl["viols"] if v["kind"] == "lease"], lease, strict=True):
+        assert [secs["p"][i] for i in v["secs"]] == [r["holder"]["process"],
+                                                    r["granted"]["process"]]
+        granted_start = secs["s"][v["secs"][1]]
+        assert 0 <= granted_start - v["marks"][0] < 100_000  # µs
     # saves drawn where the resource rejected a stale write
     assert tl["writes"]["st"].count(1) == results["checkers"]["fencing"]["saves"]
 
