@@ -82,9 +82,10 @@ def apt_mirror(deb822: Path = DEB822_SOURCES, one_line: Path = ONE_LINE_SOURCES)
                 return fields["URIs"].split()[0]
     with contextlib.suppress(OSError):
         for line in one_line.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == "deb" and SUITE in parts[2:3]:
-                return next(p for p in parts[1:] if not p.startswith("["))
+            # deb [options] URI SUITE COMPONENT...
+            parts = re.sub(r"\[[^]]*\]", " ", line).split()
+            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == SUITE:
+                return parts[1]
     return DEFAULT_MIRROR
 
 

@@ -51,9 +51,8 @@ from lockcheck.cluster.remote import (
     in_parallel,
     kill_recorded,
     remove_rules,
-    timed_out,
 )
-from lockcheck.cluster.ssh_session import SessionBroken, SessionPool
+from lockcheck.cluster.shell_session import PooledShell, SessionPool
 from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
@@ -64,15 +63,6 @@ if TYPE_CHECKING:
 RUN_ROOT = "/var/tmp"  # a host's run folder: /var/tmp/lockcheck-<run id>
 BASE_PACKAGES = ("iptables", "procps", "util-linux", "coreutils", "libfaketime")
 APT_TIMEOUT_S = 900.0
-# $1 file: stdin written beside it, then renamed over it (readers see old or new)
-WRITE = r'''mkdir -p "$(dirname "$1")" && cat >"$1.lc-tmp" && mv -f "$1.lc-tmp" "$1"'''
-# $1 the sessions' scratch folder (their own folders in it go as they end), then more
-# folders: each removed if empty
-RMDIRS = r'''for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-  rmdir "$1" 2>/dev/null && break; [ -d "$1" ] || break; sleep 0.1
-done
-shift; for d in "$@"; do rmdir "$d" 2>/dev/null; done; exit 0
-'''
 # apt, with no service started by a package meanwhile (our policy-rc.d only if none)
 APT = r'''made=0
 if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -130,73 +120,75 @@ class HostKeys:
 
 
 @dataclass
-class SSHShell:
-    """Commands on one host over one SSH connection (a `cluster.remote.Shell`), as root
-    (through `sudo -n` for a user that is not root), on a few long-lived remote shells
-    (`ssh_session.py`) whose scratch files live under `scratch`."""
+class ParamikoChannel:
+    """An SSH exec channel as a `shell_session.Channel`."""
 
-    host: Host
-    client: Any  # paramiko.SSHClient
-    scratch: str
-    pool: SessionPool | None = None
+    chan: Any  # paramiko.Channel
 
     @property
-    def where(self) -> str:
-        return f"{self.host.user}@{self.host.address}:{self.host.port}"
+    def closed(self) -> bool:
+        return bool(self.chan.closed)
+
+    def sendall(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def recv(self, n: int) -> bytes:
+        data: bytes = self.chan.recv(n)
+        return data
+
+    def settimeout(self, seconds: float) -> None:
+        self.chan.settimeout(seconds)
+
+    def stderr(self) -> bytes:
+        out = b""
+        while self.chan.recv_stderr_ready():
+            out += self.chan.recv_stderr(4096)
+        return out
+
+    def finish(self, timeout: float) -> None:
+        self.chan.shutdown_write()
+        self.chan.status_event.wait(timeout)
+
+    def close(self) -> None:
+        self.chan.close()
+
+
+@dataclass
+class SSHShell(PooledShell):
+    """Commands on one host over one SSH connection, as root (through `sudo -n` for a
+    user that is not root), on a few long-lived remote shells (`shell_session.py`)."""
+
+    host: Host | None = None
+    client: Any = None  # paramiko.SSHClient
 
     @property
     def prefix(self) -> tuple[str, ...]:
-        return ("sudo", "-n", "--") if self.host.sudo else ()
+        return ("sudo", "-n", "--") if self.host is not None and self.host.sudo else ()
 
-    def _pool(self) -> SessionPool:
+    def start(self, argv: Sequence[str]) -> ParamikoChannel:
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
-            raise OSError(f"the SSH connection to {self.host.name} ({self.where}) is closed")
-        if self.pool is None:
-            self.pool = SessionPool(transport, self.prefix, self.scratch)
-        return self.pool
-
-    def run(self, argv: Sequence[str], *, timeout: float,
-            stdin: bytes | None = None) -> tuple[int, bytes, bytes]:
-        # `timeout` on the host: a command that hangs there ends there too
-        command = shlex.join(["timeout", "-k", "2", f"{timeout:g}", *argv])
-        t0 = time.monotonic()
-        try:
-            code, out, err = self._pool().call(command, stdin, timeout)
-        except SessionBroken as e:
-            raise OSError(f"{self.host.name} ({self.where}): {e}") from None
-        return timed_out(argv, timeout, code, time.monotonic() - t0), out, err
-
-    def write(self, path: str, data: bytes) -> None:
-        code, _, err = self.run(["sh", "-c", WRITE, "sh", path], timeout=30.0, stdin=data)
-        if code != 0:
-            raise OSError(f"writing {path} on {self.host.name}: {err.decode().strip()}")
+            raise OSError(f"the SSH connection to {self.where} is closed")
+        chan = transport.open_session(timeout=10.0)
+        chan.exec_command(shlex.join([*self.prefix, *argv]))
+        return ParamikoChannel(chan)
 
     def exec_once(self, argv: Sequence[str], timeout: float = 20.0) -> int:
-        """One command on a channel of its own (after the sessions are closed)."""
-        transport = self.client.get_transport()
-        if transport is None or not transport.is_active():
-            return -1
-        chan = transport.open_session(timeout=10.0)
+        """One command on a channel of its own (no session, no scratch files)."""
+        chan = self.start(argv)
         try:
             chan.settimeout(timeout)
-            chan.exec_command(shlex.join([*self.prefix, *argv]))
-            return int(chan.recv_exit_status())
+            return int(chan.chan.recv_exit_status())
         finally:
             chan.close()
 
-    def close(self, remove: Sequence[str] = ()) -> None:
-        """End the sessions (each removes its scratch folder), then rmdir `remove`,
-        in order, if empty."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-        with contextlib.suppress(Exception):
-            self.exec_once(["sh", "-c", RMDIRS, "sh", self.scratch, *remove])
+    def close(self) -> None:
+        super().close()
         self.client.close()
 
 
-def login(host: Host, keys: HostKeys, timeout: float, scratch: str) -> SSHShell:
+def login(host: Host, keys: HostKeys, timeout: float, scratch: str,
+          remove: str = "") -> SSHShell:
     """Connect and authenticate, or one line saying why not."""
     import paramiko
 
@@ -230,7 +222,10 @@ def login(host: Host, keys: HostKeys, timeout: float, scratch: str) -> SSHShell:
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(15)
-    return SSHShell(host, client, scratch)
+    shell = SSHShell(f"{host.name} ({host.user}@{host.address}:{host.port})",
+                     SessionPool(lambda argv: shell.start(argv), scratch, remove),
+                     host=host, client=client)
+    return shell
 
 
 @dataclass
@@ -277,18 +272,18 @@ class Prepared:
 def prepare(host: Host, keys: HostKeys, timeout: float, run_dir: str,
             packages: Sequence[str], say: Callable[[str], None]) -> Prepared:
     """Log in, check root through sudo, install what is missing, make the run folder."""
-    shell = login(host, keys, timeout, f"{run_dir}/.sh")
+    shell = login(host, keys, timeout, f"{run_dir}/.sh", run_dir)
     try:
         try:
             code, out, _ = shell.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=20.0)
         except OSError as e:  # the remote shell did not start: sudo asked for a password
-            raise BadInput(f"cannot run commands as root on {host.name} ({shell.where})"
+            raise BadInput(f"cannot run commands as root on {shell.where}"
                            f"{' with sudo -n' if host.sudo else ''}: {e}") from None
         same = code == 0 and out.decode().strip() == local_boot_id()
         install(shell, packages, say)
         shell.run(["mkdir", "-p", f"{run_dir}/{host.name}"], timeout=20.0)
     except BaseException:
-        shell.close(remove=[run_dir])
+        shell.close()
         raise
     return Prepared(shell, same)
 
@@ -309,12 +304,12 @@ def install(shell: SSHShell, packages: Sequence[str], say: Callable[[str], None]
     missing = missing_packages(shell, packages)
     if not missing:
         return
-    say(f"{shell.host.name}: installing {' '.join(missing)} with apt (once: installed "
+    say(f"{shell.where}: installing {' '.join(missing)} with apt (once: installed "
         "packages are skipped)")
     code, out, err = shell.run(["sh", "-c", APT, "sh", *missing], timeout=APT_TIMEOUT_S)
     if code != 0:
         tail = (out + err).decode(errors="replace").strip().splitlines()[-3:]
-        raise BadInput(f"apt-get install on {shell.host.name} failed (exit {code}): "
+        raise BadInput(f"apt-get install on {shell.where} failed (exit {code}): "
                        f"{' | '.join(tail)}")
 
 
@@ -444,8 +439,7 @@ class SSHCluster:
         self.close()
 
     def close(self) -> None:
-        for s in self.shells.values():
-            s.close(remove=[self.run_dir])  # a run folder is removed once empty
+        in_parallel(list(self.shells.values()), lambda s: s.close())
         self.shells.clear()
 
     def down(self) -> None:
@@ -506,12 +500,12 @@ def remove_run(state: RunState, registry: Registry,
         try:
             if shell is None:
                 host = Host(**{k: entry[k] for k in HOST_KEYS})
-                shell = login(host, keys, 10.0, f"{run_dir}/.sh")
+                shell = login(host, keys, 10.0, f"{run_dir}/.sh", run_dir)
             try:
                 clean_host(shell, entry, run_dir, chain)
             finally:
                 if shells is None or name not in shells:
-                    shell.close(remove=[run_dir])
+                    shell.close()
         except Exception as e:
             failed[name] = str(e)
 
@@ -617,7 +611,7 @@ def can_log_in(host: Host, keys: HostKeys, timeout: float) -> None:
     try:
         code = shell.exec_once(["true"], timeout=30.0)
         if code != 0:
-            raise BadInput(f"cannot run commands as root on {host.name} ({shell.where})"
+            raise BadInput(f"cannot run commands as root on {shell.where}"
                            f"{' with sudo -n (it asks for a password?)' if host.sudo else ''}")
     finally:
         shell.client.close()  # no session was opened: nothing to remove there
