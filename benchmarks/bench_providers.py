@@ -36,23 +36,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_slice import loadavg, table  # noqa: E402
 
 PROVIDERS = ("local", "docker", "ssh")
 SCENARIOS = (("redis", ["--backend", "redis", "--nemesis", "kill"]),
              ("etcd", ["--backend", "etcd", "--nemesis", "partition"]))
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
-    cells = [tuple(str(c) for c in r) for r in [header, *rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 @contextlib.contextmanager
