@@ -393,7 +393,9 @@ def cluster_up(**o: Any) -> int:
         db.teardown()
         c.down()
         raise
-    click.echo(f"cluster {c.run_id} up ({p.name}) on {info.get('subnet') or 'its hosts'}:")
+    on = info.get("subnet") or info.get("nodes_file") or p.name
+    click.echo(f"cluster {c.run_id} up on {on}" + ("" if p.name == "local" else
+                                                 f" ({p.name})") + ":")
     for name, addr in info.get("hosts", {}).items():
         svc = services.get(name, {})
         where = f"netns lc-{c.run_id}-{name}" if p.name == "local" else p.name
@@ -443,7 +445,8 @@ def cluster_status() -> int:
     for st in states:
         owner = "running" if st.owner_alive() else ("left up" if st.kind == "cluster" else
                                                     "stale (owner gone)")
-        click.echo(f"{st.run_id} {st.kind} {st.provider} {st.subnet or '-'} {owner}")
+        click.echo(f"{st.run_id} {st.kind} {st.subnet or '-'} {owner}"
+                   + ("" if st.provider == "local" else f" ({st.provider})"))
         for name, addr in st.nodes.items():
             svc = st.services.get(name, {})
             pid = svc.get("pid")

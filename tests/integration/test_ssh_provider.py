@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -242,7 +243,8 @@ def test_status_and_a_cluster_left_up(cli: Any, hosts: StandIns) -> None:
     rid = r.stdout.split()[1]
     assert all(hosts.processes(h) for h in hosts.hosts[:2])  # redis runs on n1, n2
     st = cli("cluster", "status", timeout=30)
-    assert f"{rid} cluster ssh" in st.stdout, st.stdout
+    assert re.search(rf"^{rid} cluster - left up \(ssh\)$", st.stdout, re.M), st.stdout
+    assert re.search(r"^cluster [0-9a-f]{6} up on .*kept\.json \(ssh\):$", r.stdout, re.M)
     down = cli("cluster", "down", timeout=120)
     assert down.code == 0 and rid in down.stdout, down.explain()
     assert hosts.leftovers(rid) == []
