@@ -81,6 +81,20 @@ BACKENDS: dict[str, Backend] = {
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
         ),
+        Backend(
+            name="redis-sentinel", family="redis-sentinel",
+            description="a Redis primary, replicas and a Sentinel per node (quorum: a "
+                        "majority); redis-py Sentinel.master_for finds the primary, the "
+                        "redis backend's Lua lock and fence counter run there",
+            db="lockcheck.cluster.sentinel:SentinelDB",
+            client="lockcheck.locks.sentinel:make_clients", library="redis",
+            fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
+                  "replicated asynchronously, so a failover can repeat or lower it",
+            expect="safe without faults; a failover (partition-primary, kill-primary, "
+                   "failover) loses keys the old primary granted, so the lock is granted "
+                   "twice, and a primary restarted empty (kill) wipes its replicas",
+            default_nodes=3, min_nodes=3, binaries=("redis-server", "redis-sentinel"),
+        ),
     ]
 }
 

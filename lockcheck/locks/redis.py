@@ -103,18 +103,16 @@ def _short(msg: str) -> str:
     return msg[:80]
 
 
-class RedisLockClient:
-    """The lock client for `--backend redis`: one Redis master holds each lock name."""
+class FencedLockClient:
+    """acquire/renew/release with `FencedLock` over any redis-py client; the errors
+    go through `errors` (a subclass may extend the mapping for its connection kind)."""
 
-    def __init__(self, address: str, port: int, *, ttl_ms: int, op_timeout_s: float,
-                 drift: float = 0.01) -> None:
+    errors = staticmethod(mapped_errors)
+
+    def __init__(self, client: redis.Redis, *, ttl_ms: int, drift: float = 0.01) -> None:
         self.ttl_ms = ttl_ms
         self.drift = drift
-        self.redis = redis.Redis(
-            host=address, port=port, socket_timeout=op_timeout_s,
-            socket_connect_timeout=op_timeout_s, retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+        self.redis = client
         self._locks: dict[str, FencedLock] = {}
 
     def _lock(self, key: str) -> FencedLock:
@@ -126,7 +124,7 @@ class RedisLockClient:
         lock = self._lock(key)
         token = uuid.uuid4().hex
         t0 = time.monotonic_ns()
-        with mapped_errors():
+        with self.errors():
             got = lock.acquire(blocking=False, token=token)
         if not got:
             return None
@@ -137,7 +135,7 @@ class RedisLockClient:
     def renew(self, lease: Lease) -> None:
         lock = self._locks[lease.token]
         t0 = time.monotonic_ns()
-        with mapped_errors():
+        with self.errors():
             lock.reacquire()
         lease.valid_until_ns = max(lease.valid_until_ns,
                                    lease_deadline(t0, self.ttl_ms, self.drift))
@@ -145,11 +143,23 @@ class RedisLockClient:
     def release(self, lease: Lease) -> None:
         lock = self._locks.pop(lease.token)
         lock.local.token = lease.token.encode()  # release() clears it before the round trip
-        with mapped_errors():
+        with self.errors():
             lock.release()
 
     def close(self) -> None:
         self.redis.close()
+
+
+class RedisLockClient(FencedLockClient):
+    """The lock client for `--backend redis`: one Redis master holds each lock name."""
+
+    def __init__(self, address: str, port: int, *, ttl_ms: int, op_timeout_s: float,
+                 drift: float = 0.01) -> None:
+        super().__init__(redis.Redis(
+            host=address, port=port, socket_timeout=op_timeout_s,
+            socket_connect_timeout=op_timeout_s, retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+        ), ttl_ms=ttl_ms, drift=drift)
 
 
 def make_clients(config: Mapping[str, Any], keys: Sequence[str],
