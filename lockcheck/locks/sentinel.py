@@ -7,8 +7,8 @@ replicas is asynchronous, the fence counter's included: after a failover the new
 primary may lack a granted key (the lock is granted twice) and its counter may be
 behind (fences repeat or go backwards).
 
-Retries are off everywhere, the Sentinel queries' included (redis-py 8 retries ten
-times by default). Time budget of one call, within the op timeout: each Sentinel
+Retries are off everywhere, the Sentinel queries' included (redis-py 8.1's Sentinel
+retries its own queries ten times by default). Time budget of one call, within the op timeout: each Sentinel
 query a twelfth of it (three Sentinels: a quarter), the connect to the primary a
 quarter, the command half.
 """
