@@ -8,9 +8,9 @@ primary may lack a granted key (the lock is granted twice) and its counter may b
 behind (fences repeat or go backwards).
 
 Retries are off everywhere, the Sentinel queries' included (redis-py 8.1's Sentinel
-retries its own queries ten times by default). Time budget of one call, within the op timeout: each Sentinel
-query a twelfth of it (three Sentinels: a quarter), the connect to the primary a
-quarter, the command half.
+retries its own queries ten times by default). Time budget of one call, within the op
+timeout: each Sentinel query a twelfth of it (three Sentinels: a quarter), the connect
+to the primary a quarter, the command half.
 """
 
 from __future__ import annotations

@@ -30,10 +30,13 @@ from lockcheck.locks.redis import RedisLockClient, _short, mapped_errors
 pytestmark = pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated")
 
 
-def kind_of(exc: BaseException) -> tuple[str, str]:
-    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised inside."""
+def kind_of(exc: BaseException,
+            errors: Callable[[], contextlib.AbstractContextManager[None]] = mapped_errors,
+            ) -> tuple[str, str]:
+    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised
+    inside `errors` (a client's mapped_errors)."""
     try:
-        with mapped_errors():
+        with errors():
             raise exc
     except NotOwner as e:
         return "NotOwner", str(e)

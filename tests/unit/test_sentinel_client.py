@@ -31,23 +31,13 @@ from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner
 from lockcheck.locks.sentinel import SentinelLockClient, mapped_errors
 from tests.unit.test_redis_errors import TABLE as REDIS_TABLE
 from tests.unit.test_redis_errors import fake_redis, free_port
+from tests.unit.test_redis_errors import kind_of as redis_kind_of
 
 OP_TIMEOUT_S = 0.3
 
 
 def kind_of(exc: BaseException) -> tuple[str, str]:
-    try:
-        with mapped_errors():
-            raise exc
-    except NotOwner as e:
-        return "NotOwner", str(e)
-    except Definite as e:
-        return "Definite", str(e)
-    except Indefinite as e:
-        return "Indefinite", str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
-    raise AssertionError("unreachable")
+    return redis_kind_of(exc, mapped_errors)
 
 
 def demoted_primary_error() -> rex.ConnectionError:
