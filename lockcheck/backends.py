@@ -70,6 +70,17 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _sentinel(**kw: Any) -> Backend:
+    """Redis with Sentinel failover: redis-py's Sentinel client on the current primary."""
+    base: dict[str, Any] = dict(
+        family="redis-sentinel", db="lockcheck.cluster.sentinel:SentinelDB",
+        client="lockcheck.locks.sentinel:make_clients", library="redis",
+        fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
+              "replicated asynchronously, so a failover can repeat or lower it",
+        default_nodes=3, min_nodes=3, binaries=("redis-server", "redis-sentinel"))
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -81,19 +92,31 @@ BACKENDS: dict[str, Backend] = {
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
         ),
-        Backend(
-            name="redis-sentinel", family="redis-sentinel",
+        _sentinel(
+            name="redis-sentinel",
             description="a Redis primary, replicas and a Sentinel per node (quorum: a "
                         "majority); redis-py Sentinel.master_for finds the primary, the "
                         "redis backend's Lua lock and fence counter run there",
-            db="lockcheck.cluster.sentinel:SentinelDB",
-            client="lockcheck.locks.sentinel:make_clients", library="redis",
-            fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
-                  "replicated asynchronously, so a failover can repeat or lower it",
-            expect="safe without faults; a failover (partition-primary, kill-primary, "
-                   "failover) loses keys the old primary granted, so the lock is granted "
-                   "twice, and a primary restarted empty (kill) wipes its replicas",
-            default_nodes=3, min_nodes=3, binaries=("redis-server", "redis-sentinel"),
+            expect="safe without faults; a failover (partition-primary, failover) loses "
+                   "keys the old primary granted, so the lock is granted twice, and a "
+                   "primary restarted empty (kill, kill-primary) wipes its replicas",
+        ),
+        _sentinel(
+            name="redis-sentinel-wait", unsafe=True,
+            description="redis-sentinel, and every grant and renewal waits for all "
+                        "replicas to acknowledge it (WAIT); fewer in time is info",
+            expect="no double grant from a partition or failover in our runs (a grant "
+                   "the old primary could not replicate is never believed); still unsafe "
+                   "when a primary restarts empty (kill), and any replica down stops locking",
+            options={"wait_replicas": "all"},
+        ),
+        _sentinel(
+            name="redis-sentinel-min-replicas", unsafe=True,
+            description="redis-sentinel, and each Redis refuses writes unless a replica "
+                        "acknowledged it within 1 s (min-replicas-to-write 1)",
+            expect="narrows the window in which a cut-off primary grants (about 1-2 s) "
+                   "without closing it; a primary restarted empty still wipes its replicas",
+            options={"min_replicas": 1},
         ),
     ]
 }

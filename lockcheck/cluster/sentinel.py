@@ -20,6 +20,7 @@ worth a second parser.
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,12 @@ class SentinelServer(RedisServer):
     primary: str = ""  # the address of the primary to monitor at first
     quorum: int = 1
     settings: Settings = Settings()
+    # the ensemble, written into the first config as Sentinel itself records what it
+    # has learnt: otherwise it takes a hello period (2 s) for the Sentinels to find
+    # each other
+    myid: str = ""
+    replicas: tuple[str, ...] = ()  # addresses
+    peers: tuple[tuple[str, str], ...] = ()  # (address, myid) of the other Sentinels
 
     @property
     def config_path(self) -> Path:
@@ -97,7 +104,11 @@ class SentinelServer(RedisServer):
             f"sentinel down-after-milliseconds {m} {self.settings.down_after_ms}",
             f"sentinel failover-timeout {m} {self.settings.failover_timeout_ms}",
             # every replica follows the new primary at once: the failover ends sooner
-            f"sentinel parallel-syncs {m} 8", "",
+            f"sentinel parallel-syncs {m} 8",
+            *([f"sentinel myid {self.myid}"] if self.myid else []),
+            *(f"sentinel known-replica {m} {r} {DEFAULT_PORT}" for r in self.replicas),
+            *(f"sentinel known-sentinel {m} {a} {SENTINEL_PORT} {i}" for a, i in self.peers),
+            "",
         ])
 
     def argv(self) -> list[str]:
@@ -128,14 +139,31 @@ def sentinel_master(address: str, port: int) -> dict[str, Any]:
     return m if isinstance(m, dict) else {}
 
 
-def sentinel_knows_all(address: str, port: int, n: int) -> bool:
-    """The Sentinel sees the primary, every replica and every other Sentinel."""
+def sentinel_ready(address: str, port: int, n: int, since: float) -> bool:
+    """The Sentinel has had a PING answered by the primary, every replica and every
+    other Sentinel since `since` (a monotonic time after they all listened), has read
+    every replica's INFO with its link to the primary up, and counts a majority of
+    usable Sentinels (`SENTINEL CKQUORUM`): it could take part in a failover now."""
     try:
-        m = sentinel_master(address, port)
+        with probe_client(address, port) as c:
+            m = c.sentinel_master(SERVICE)
+            replicas = c.sentinel_slaves(SERVICE)
+            peers = c.sentinel_sentinels(SERVICE)
+            c.sentinel_ckquorum(SERVICE)  # an error reply unless the quorum is reachable
     except rex.RedisError:
         return False
-    return (bool(m.get("is_master")) and not m.get("is_sdown")
-            and m.get("num-slaves") == n - 1 and m.get("num-other-sentinels") == n - 1)
+    age_ms = (time.monotonic() - since) * 1000
+
+    def answered(state: Any) -> bool:
+        # last-ok-ping-reply starts at the instance's creation: only a PONG since
+        # `since` makes it younger than that
+        return isinstance(state, dict) and not state.get("is_sdown") and \
+            state.get("last-ok-ping-reply", age_ms) < age_ms
+
+    return (answered(m) and bool(m.get("is_master"))
+            and len(replicas) == n - 1 and len(peers) == n - 1
+            and all(answered(r) and r.get("master-link-status") == "ok" for r in replicas)
+            and all(answered(p) for p in peers))
 
 
 class SentinelDB(RedisProcesses):
@@ -156,6 +184,9 @@ class SentinelDB(RedisProcesses):
             down_after_ms=int(opts.get("down_after_ms", Settings.down_after_ms)),
             failover_timeout_ms=int(opts.get("failover_timeout_ms",
                                              Settings.failover_timeout_ms)))
+        # `min-replicas-to-write`: a primary that hears from fewer replicas (within
+        # `min-replicas-max-lag`, 1 s) refuses writes (the -min-replicas variant)
+        self.min_replicas = int(opts.get("min_replicas", 0))
         self.servers: dict[str, RedisServer] = {}
         self.sentinels: dict[str, SentinelServer] = {}
         self.nodes: dict[str, Node] = {}
@@ -167,9 +198,11 @@ class SentinelDB(RedisProcesses):
         self.nodes = {n.name: n for n in nodes}
         primary = nodes[0]
         for n in nodes:
+            guard = ("--min-replicas-to-write", str(self.min_replicas),
+                     "--min-replicas-max-lag", "1") if self.min_replicas else ()
             s = RedisServer(n, extra_args=(
                 # a new replica syncs at once instead of waiting 5 s for company
-                "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"))
+                "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", *guard))
             s.config = s.dir / "redis.conf"
             role = "" if n is primary else f"replicaof {primary.address} {DEFAULT_PORT}\n"
             n.write_file(s.config, role)
@@ -183,16 +216,20 @@ class SentinelDB(RedisProcesses):
                        timeout=SETUP_TIMEOUT_S, what=f"replication to {s.node.name}",
                        alive=s.alive, tail=s.log_tail)
         # Sentinels last: the primary's first INFO then lists every replica
+        ids = {n.name: secrets.token_hex(20) for n in nodes}
         for n in nodes:
             self.sentinels[n.name] = SentinelServer(
                 n, primary=primary.address, quorum=quorum(len(nodes)),
-                settings=self.settings)
+                settings=self.settings, myid=ids[n.name],
+                replicas=tuple(r.address for r in nodes if r is not primary),
+                peers=tuple((p.address, ids[p.name]) for p in nodes if p is not n))
         for t in self.sentinels.values():
             t.launch()
         for t in self.sentinels.values():
             t.wait_ready()
+        listening = time.monotonic()
         for t in self.sentinels.values():
-            wait_until(partial(sentinel_knows_all, t.node.address, t.port, len(nodes)),
+            wait_until(partial(sentinel_ready, t.node.address, t.port, len(nodes), listening),
                        timeout=SETUP_TIMEOUT_S, what=f"sentinel on {t.node.name}",
                        alive=t.alive, tail=t.log_tail)
 
@@ -206,7 +243,7 @@ class SentinelDB(RedisProcesses):
                 "redis-sentinel": redis_version("redis-sentinel")}
 
     def client_config(self) -> dict[str, Any]:
-        return {"service": SERVICE,
+        return {"service": SERVICE, "replicas": max(0, len(self.servers) - 1),
                 "sentinels": [[t.node.address, t.port] for t in self.sentinels.values()]}
 
     def describe(self) -> dict[str, dict[str, object]]:

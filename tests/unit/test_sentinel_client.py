@@ -247,3 +247,30 @@ def test_no_client_side_retries_anywhere() -> None:
     c = client([free_port(), free_port()])
     retries = [c.redis.get_retry(), *(s.get_retry() for s in c.sentinel.sentinels)]
     assert all(r is not None and r.get_retries() == 0 for r in retries), retries
+
+
+@pytest.mark.parametrize(("acked", "granted"), [(2, True), (1, False), (0, False)])
+def test_with_wait_a_grant_counts_once_every_replica_has_it(acked: int, granted: bool) -> None:
+    """`redis-sentinel-wait`: a grant the replicas did not all acknowledge may be lost
+    in a failover, so it is info (the primary did apply it), never ok or fail."""
+    seen: list[list[bytes]] = []
+
+    def answer(c: socket.socket, cmd: list[bytes]) -> bool:
+        c.sendall(b":%d\r\n" % (acked if cmd[0].upper() == b"WAIT" else 7))
+        return True
+
+    with fake_redis(answer, seen) as primary, fake_sentinel(primary) as s:
+        c = SentinelLockClient([("127.0.0.1", s)], "lockcheck", ttl_ms=1000,
+                               op_timeout_s=OP_TIMEOUT_S, wait_replicas=2)
+        out, took = timed_acquire(c)
+        if granted:
+            assert isinstance(out, Lease) and out.fence == 7
+            c.renew(out)
+        else:
+            assert isinstance(out, Indefinite) and str(out) == f"replicated to {acked} of 2"
+            assert c._locks == {}
+    assert [x[0].upper() for x in seen][:2] == [b"EVALSHA", b"WAIT"]
+    assert seen[1][1:] == [b"2", str(c.wait_ms).encode()]
+    if granted:  # the renewal waited too
+        assert [x[0].upper() for x in seen][2:] == [b"EVALSHA", b"WAIT"]
+    assert took < OP_TIMEOUT_S
