@@ -46,8 +46,8 @@ def partition_run(module_cli: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def failover_run(module_cli: Any) -> Any:
-    # one failover at 4.5 s (the next would come after the faults end at 13.5 s); the
-    # old primary is demoted about 10 s after it, inside the run
+    # one failover at 4.5 s (a second would start after the faults end at 13.5 s); the
+    # old primary is demoted about 10 s after it, at about 16 s, inside the run
     return run_once(module_cli, "--nemesis", "failover", "--nemesis-interval", "4.5",
                     "--time-limit", "18")
 
