@@ -105,17 +105,20 @@ BACKENDS: dict[str, Backend] = {
             name="redis-sentinel-wait", unsafe=True,
             description="redis-sentinel, and every grant and renewal waits for all "
                         "replicas to acknowledge it (WAIT); fewer in time is info",
-            expect="no double grant from a partition or failover in our runs (a grant "
-                   "the old primary could not replicate is never believed); still unsafe "
-                   "when a primary restarts empty (kill), and any replica down stops locking",
+            expect="no overlapping holders under partition-primary or failover in our "
+                   "runs (a grant the replicas lack is never believed), at the cost of no "
+                   "lock while any replica is missing; a primary restarted empty (kill) "
+                   "still wipes its replicas",
             options={"wait_replicas": "all"},
         ),
         _sentinel(
             name="redis-sentinel-min-replicas", unsafe=True,
             description="redis-sentinel, and each Redis refuses writes unless a replica "
                         "acknowledged it within 1 s (min-replicas-to-write 1)",
-            expect="narrows the window in which a cut-off primary grants (about 1-2 s) "
-                   "without closing it; a primary restarted empty still wipes its replicas",
+            expect="a cut-off primary refuses writes within 1-2 s (NOREPLICAS), so in our "
+                   "runs holders' 1 s leases ran out before the failover: no overlap, by "
+                   "timing; fences still repeat, and a primary restarted empty still wipes "
+                   "its replicas",
             options={"min_replicas": 1},
         ),
     ]
