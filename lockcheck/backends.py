@@ -70,6 +70,15 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _redlock(**kw: Any) -> Backend:
+    """Redlock backends: pottery's Redlock over N independent Redis masters."""
+    base: dict[str, Any] = dict(
+        family="redlock", db="lockcheck.cluster.redis:RedisDB",
+        client="lockcheck.locks.redlock:make_clients", library="pottery",
+        binaries=("redis-server",), default_nodes=5, min_nodes=3)
+    return Backend(**{**base, **kw})
+
+
 def _sentinel(**kw: Any) -> Backend:
     """Redis with Sentinel failover: redis-py's Sentinel client on the current primary."""
     base: dict[str, Any] = dict(
@@ -91,6 +100,46 @@ BACKENDS: dict[str, Backend] = {
             fence="INCR of a per-name counter in the same Lua script as the grant",
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
+        ),
+        _redis(
+            name="redis-get-del",
+            description="single-instance Redis, released by GET, a compare in the client, "
+                        "then DEL: two commands, no Lua",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a holder paused between its GET and its DEL deletes the next holder's "
+                   "lock (client-pause): another client is granted it while that holder's "
+                   "lease is valid",
+            options={"release": "get-del"}, unsafe=True,
+        ),
+        _redis(
+            name="redis-no-ttl",
+            description="single-instance Redis, SET NX without PX (redis-py's default "
+                        "timeout=None); renewal only confirms ownership",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a paused holder keeps the lock (no overlap under client-pause), but a "
+                   "lost release or an acquire whose reply was lost (partition) leaves the "
+                   "lock held forever: the recovery phase fails",
+            options={"ttl": False}, unsafe=True,
+        ),
+        _redlock(
+            name="redlock",
+            description="Redlock on N independent masters: pottery Redlock (SET NX PX on a "
+                        "quorum, validity = TTL - elapsed - drift), per-master timeouts, "
+                        "no retries",
+            fence=None,
+            expect="a paused holder overlaps the next (client-pause); a majority of masters "
+                   "restarted empty inside one TTL grants twice (kill --kill-targets "
+                   "majority), not with --restart-delay-ms above the TTL",
+        ),
+        _redlock(
+            name="redlock-fenced",
+            description="redlock plus a fence from pottery NextID (a quorum counter on the "
+                        "same masters), taken right after each grant",
+            fence="pottery NextID over the same masters (in memory: masters restarted "
+                  "empty make it go back)",
+            expect="with the fenced workload the resource rejects a paused holder's stale "
+                   "write (client-pause); a majority restarted empty makes fences regress",
+            options={"fence": "nextid"},
         ),
         _sentinel(
             name="redis-sentinel",

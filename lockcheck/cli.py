@@ -78,8 +78,13 @@ def main() -> None:
               help="Seconds between faults, and how long a partition or pause lasts.")
 @click.option("--restart-delay-ms", type=int, default=100, show_default=True,
               help="After a kill, restart the server this much later.")
+@click.option("--kill-targets", default="one-or-minority", show_default=True,
+              help="Which servers a kill hits: one-or-minority, one, minority, majority, all.")
 @click.option("--pause-ms", type=int, default=None,
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
+@click.option("--pause-at", default="section", show_default=True,
+              help="client-pause: stop a holder inside its critical section (section) or "
+                   "as it leaves it, while it releases (release).")
 @click.option("--quiet", type=float, default=5.0, show_default=True,
               help="Final seconds with every fault healed (at most a quarter of the run).")
 @click.option("--recover-s", type=float, default=None,
@@ -118,7 +123,8 @@ def test(**o: Any) -> int:
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
             ttl_ms=o["ttl_ms"], hold_ms=parse_range_ms(o["hold_ms"], "--hold-ms"),
             nemesis_interval=o["nemesis_interval"], restart_delay=o["restart_delay_ms"] / 1000,
-            pause_ms=o["pause_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
+            kill_targets=o["kill_targets"], pause_ms=o["pause_ms"], pause_at=o["pause_at"],
+            quiet=o["quiet"], recover_s=o["recover_s"],
             resource=o["resource"], seed=seed,
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             subnet=o["subnet"])

@@ -80,12 +80,12 @@ def plan(spec: TestSpec) -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
+    db = b.make_db(spec)  # inert until setup: it only answers what it can do
+    check_supported(spec.nemesis, db, b.name)
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
     require_binaries(b.binaries)
-    db = b.make_db(spec)
-    check_supported(spec.nemesis, db, b.name)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     return Plan(spec, b, w, p, db)
@@ -400,7 +400,7 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now)
+                         holders=self.holders.now, next_exit=self.holders.next_exit)
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:

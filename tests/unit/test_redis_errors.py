@@ -31,12 +31,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:Call to '__init__' function with
 
 
 def kind_of(exc: BaseException,
-            errors: Callable[[], contextlib.AbstractContextManager[None]] = mapped_errors,
+            mapper: Callable[[], contextlib.AbstractContextManager[None]] = mapped_errors,
             ) -> tuple[str, str]:
     """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised
-    inside `errors` (a client's mapped_errors)."""
+    inside `mapper()` (redis-py's mapping by default)."""
     try:
-        with errors():
+        with mapper():
             raise exc
     except NotOwner as e:
         return "NotOwner", str(e)
