@@ -13,48 +13,48 @@ that the promoted replica never sees.
   demotes it and disconnects them. They then reconnect to the new primary, whose copy
   of the lock keys is 10 s old, so locks held right then are granted again.
 
-Each run happens once per module and several tests look at it.
+Both runs happen once per module, at the same time, and several tests look at each;
+nothing of either may be left behind afterwards (`run_all`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from lockcheck.history import Op, read_history
+from tests.integration.test_redlock import nemesis, run_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
-BACKEND = ("--backend", "redis-sentinel")
-
-
-def run_once(module_cli: Any, *args: Any) -> Any:
-    r = module_cli("test", *BACKEND, *args, timeout=150)
-    assert r.run_dir is not None, r.explain()
-    assert r.code in (0, 1, 2), r.explain()
-    return r
-
-
-@pytest.fixture(scope="module")
-def partition_run(module_cli: Any) -> Any:
+SENTINEL = ("--backend", "redis-sentinel")
+RUNS: dict[str, tuple[str, ...]] = {
     # one fault: cut at 4 s, healed at 8 s; the quiet phase runs to 12 s.
     # Seed 0 puts c1, c2 and c4 with n1 and c0 and c3 on the other side.
-    return run_once(module_cli, "--nemesis", "partition-primary", "--nemesis-interval", "4",
-                    "--time-limit", "12", "--seed", "0")
+    "partition": (*SENTINEL, "--nemesis", "partition-primary", "--nemesis-interval", "4",
+                  "--time-limit", "12", "--seed", "0"),
+    # one failover at 4.5 s (a second would start after the faults end at 13.5 s); the
+    # old primary is demoted about 10 s after it, at about 16 s, inside the run
+    "failover": (*SENTINEL, "--nemesis", "failover", "--nemesis-interval", "4.5",
+                 "--time-limit", "18"),
+}
 
 
 @pytest.fixture(scope="module")
-def failover_run(module_cli: Any) -> Any:
-    # one failover at 4.5 s (a second would start after the faults end at 13.5 s); the
-    # old primary is demoted about 10 s after it, at about 16 s, inside the run
-    return run_once(module_cli, "--nemesis", "failover", "--nemesis-interval", "4.5",
-                    "--time-limit", "18")
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    # both at once (each has its own run id and subnet): the suite waits for the longer
+    yield from run_all(module_cli, RUNS)
 
 
-def nemesis_infos(r: Any, f: str) -> list[Op]:
-    ops = read_history(r.run_dir / "history.jsonl")
-    return [o for o in ops if o.process == "nemesis" and o.type == "info" and o.f == f]
+@pytest.fixture(scope="module")
+def partition_run(runs: dict[str, Any]) -> Any:
+    return runs["partition"]
+
+
+@pytest.fixture(scope="module")
+def failover_run(runs: dict[str, Any]) -> Any:
+    return runs["failover"]
 
 
 def sentinel_logs(r: Any) -> str:
@@ -79,7 +79,7 @@ def test_the_two_holders_were_on_the_two_sides(partition_run: Any) -> None:
     """Each side had a primary of its own: the overlapping holders talked to different
     primaries, one on each side of the cut."""
     r = partition_run
-    (start,) = nemesis_infos(r, "start-partition")
+    (start,) = nemesis(r, "start-partition")
     assert start.value["targets"][0] == "n1", "the Sentinels named n1 the primary"
     side = {h: i for i, hosts in enumerate(start.value["sides"]) for h in hosts}
     recovery = r.test_json()["recovery_worker"]  # runs on c0, after every heal
@@ -101,12 +101,10 @@ def test_the_sentinels_failed_over_and_fences_repeat(partition_run: Any) -> None
     assert fe["duplicate_fence_count"] > 0 or fe["regression_count"] > 0, fe
 
 
-def test_after_the_partition_the_service_serves_again(module_cli: Any,
-                                                      partition_run: Any) -> None:
+def test_after_the_partition_the_service_serves_again(partition_run: Any) -> None:
     res = partition_run.results()
     assert res["recovery"]["valid"] is True, res["recovery"]
     assert res.get("heal_errors", []) == [] and "failure" not in res
-    module_cli.assert_no_leftovers(partition_run.test_json()["run_id"])
 
 
 # -- failover on request -----------------------------------------------------------------
@@ -120,13 +118,12 @@ def test_a_requested_failover_grants_the_lock_twice(failover_run: Any) -> None:
 
 
 def test_the_failover_promoted_a_replica_and_demoted_the_old_primary(
-        module_cli: Any, failover_run: Any) -> None:
+        failover_run: Any) -> None:
     r = failover_run
-    (done,) = nemesis_infos(r, "failover")
+    (done,) = nemesis(r, "failover")
     assert done.value["from"] == "n1" and done.value["to"] in ("n2", "n3"), done.value
     assert done.value["targets"] == ["n1"]
     logs = sentinel_logs(r)
     assert "+convert-to-slave slave 10." in logs  # the old primary, demoted late
     res = r.results()
     assert res["recovery"]["valid"] is True, res["recovery"]
-    module_cli.assert_no_leftovers(r.test_json()["run_id"])
