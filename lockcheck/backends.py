@@ -79,6 +79,15 @@ def _redlock(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _etcd(**kw: Any) -> Backend:
+    """etcd 3.4 backends: our client of etcd's v3lock service over the JSON gateway."""
+    base: dict[str, Any] = dict(
+        family="etcd", db="lockcheck.cluster.etcd:EtcdDB",
+        client="lockcheck.locks.etcd:make_clients", library="requests",
+        binaries=("etcd",), default_nodes=3)
+    return Backend(**{**base, **kw})
+
+
 def _sentinel(**kw: Any) -> Backend:
     """Redis with Sentinel failover: redis-py's Sentinel client on the current primary."""
     base: dict[str, Any] = dict(
@@ -140,6 +149,46 @@ BACKENDS: dict[str, Backend] = {
             expect="with the fenced workload the resource rejects a paused holder's stale "
                    "write (client-pause); a majority restarted empty makes fences regress",
             options={"fence": "nextid"},
+        ),
+        _etcd(
+            name="etcd",
+            description="etcd 3.4 cluster: v3lock (the server-side Mutex recipe) over the "
+                        "JSON gateway with a lease per grant, renewed by keepalive, released "
+                        "by revoke; a watcher thread reports a lost lease",
+            fence="create_revision of the lock key (cluster-wide monotonic, one per grant)",
+            expect="safe under partition, kill and pause; a holder paused past its lease "
+                   "(client-pause) gives overlapping holders, which the fence stops at "
+                   "the resource",
+        ),
+        _etcd(
+            name="etcd-lease-fence",
+            description="etcd as above, but the lease ID is used as the fence (etcd's own "
+                        "contrib/lock example); workers start on different members",
+            fence="lease ID (high bits: the member that granted it; not monotonic)",
+            expect="fences go backwards across members even without faults: the fencing "
+                   "checker reports regressions and the fenced resource refuses current "
+                   "holders",
+            options={"fence": "lease"}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd-no-keepalive",
+            description="etcd as above, but nothing keeps the lease alive: renew() only "
+                        "extends the client's own belief (a keepalive thread that died "
+                        "silently)",
+            fence="create_revision of the lock key",
+            expect="a critical section longer than the lease (--hold-ms above 2 s) overlaps "
+                   "the next holder with no fault at all",
+            options={"keepalive": False}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd3gw-with",
+            description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
+                        "`with`, which enters whether or not acquire() got the lock",
+            client="lockcheck.locks.etcd3gw_lock:make_clients", library="etcd3gw",
+            fence=None,
+            expect="overlapping holders with no fault at all: every contended acquire "
+                   "enters the critical section; the release then says not-owner",
+            unsafe=True,
         ),
         _sentinel(
             name="redis-sentinel",

@@ -323,9 +323,9 @@ def cleanup_leftovers(registry: Registry, *, include_live: bool = False) -> list
 
     Returns the run ids cleaned. Resources are found through the registry and, for a
     run killed before it could write its registry entry, by lockcheck's own names.
+    Under the registry lock: a run starting meanwhile registers itself (under the same
+    lock) before it creates anything, so its new bridge is never taken for an orphan.
     """
-    # under the lock `up` holds from registering a run to creating its bridge: read
-    # between the two, a starting run's bridge would look like an orphan
     with registry.locked():
         return _cleanup_leftovers(registry, include_live)
 

@@ -202,10 +202,14 @@ def test_check_binary_file(cli: Any, tmp_path: Path) -> None:
 
 @pytest.fixture
 def path_without_redis(tmp_path: Path) -> str:
-    """A PATH with ip, iptables and python but no redis-server (preflight uses shutil.which)."""
+    """A PATH with ip, iptables, python and the other backends' servers but no
+    redis-server (preflight uses shutil.which)."""
+    from lockcheck.backends import BACKENDS
+
+    servers = {b for backend in BACKENDS.values() for b in backend.binaries}
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for b in ("ip", "iptables"):
+    for b in ("ip", "iptables", *sorted(servers - {"redis-server"})):
         found = shutil.which(b)
         if found is None:
             pytest.skip(f"{b} not installed: preflight would stop at it, not at redis-server")
@@ -234,10 +238,8 @@ def test_doctor_reports_missing_redis(cli: Any, path_without_redis: str) -> None
     assert r.code == BAD_INPUT, r.explain()
     assert "Traceback" not in r.stderr
     missing = [x for x in r.stdout.splitlines() if x.startswith("MISSING")]
-    # the other server programs of this PATH-less-redis are missing too (redis-sentinel)
-    line = next((x for x in missing if x.split()[1] == "redis-server"), None)
-    assert line is not None, missing
-    assert "apt-get install -y redis-server" in line
+    assert len(missing) == 1 and "redis-server" in missing[0]
+    assert "apt-get install -y redis-server" in missing[0]
 
 
 def nobody_prefix() -> list[str]:
