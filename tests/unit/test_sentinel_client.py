@@ -29,15 +29,15 @@ import redis.sentinel as rsen
 
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner
 from lockcheck.locks.sentinel import SentinelLockClient, mapped_errors
+from tests.unit.error_kinds import error_kind
 from tests.unit.test_redis_errors import TABLE as REDIS_TABLE
 from tests.unit.test_redis_errors import fake_redis, free_port
-from tests.unit.test_redis_errors import kind_of as redis_kind_of
 
 OP_TIMEOUT_S = 0.3
 
 
 def kind_of(exc: BaseException) -> tuple[str, str]:
-    return redis_kind_of(exc, mapped_errors)
+    return error_kind(mapped_errors, exc)
 
 
 def demoted_primary_error() -> rex.ConnectionError:
