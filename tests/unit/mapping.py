@@ -1,0 +1,23 @@
+"""What a client's `mapped_errors` turns an exception into, for the error-mapping tests."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from lockcheck.locks.api import Definite, Indefinite, NotOwner
+
+
+def classify(mapped: AbstractContextManager[None], exc: BaseException) -> tuple[str, str]:
+    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for `exc` raised inside."""
+    try:
+        with mapped:
+            raise exc
+    except NotOwner as e:
+        return "NotOwner", str(e)
+    except Definite as e:
+        return "Definite", str(e)
+    except Indefinite as e:
+        return "Indefinite", str(e)
+    except BaseException as e:
+        return "passes", type(e).__name__
+    raise AssertionError("unreachable")
