@@ -70,6 +70,15 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _postgres(**kw: Any) -> Backend:
+    """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
+    base: dict[str, Any] = dict(
+        family="postgres", db="lockcheck.cluster.postgres:PostgresDB",
+        client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
+        binaries=("/usr/lib/postgresql/15/bin/postgres", "setpriv", "unshare"))
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -80,6 +89,39 @@ BACKENDS: dict[str, Backend] = {
             fence="INCR of a per-name counter in the same Lua script as the grant",
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
+        ),
+        _postgres(
+            name="postgres",
+            description="the brief's lease table: INSERT ... ON CONFLICT DO UPDATE WHERE "
+                        "expired by the server's clock, renew/release by owner and fence",
+            fence="the lease row's counter, +1 from the row on every grant, kept across "
+                  "releases",
+            expect="safe under server faults (the lease lives in a row, expired by the "
+                   "server's clock); a paused holder (client-pause) overlaps the next one, "
+                   "and the fence stops its stale write",
+            options={"lock": "lease-table",
+                     "setup": "lockcheck.locks.postgres:create_schema"},
+        ),
+        _postgres(
+            name="postgres-advisory",
+            description="session pg_try_advisory_lock on the worker's one autocommit "
+                        "connection (tooz, django-pglocks); no TTL",
+            fence=None,
+            expect="a holder whose session is terminated (failover) or whose server "
+                   "crashed (kill) keeps working until its next query, while another "
+                   "client holds the lock",
+            options={"lock": "advisory", "advisory_key": "stable"},
+            unsafe=True,
+        ),
+        _postgres(
+            name="postgres-advisory-hash",
+            description="session advisory lock keyed by Python's hash(name) & 0x7FFFFFFF, "
+                        "which is salted per process",
+            fence=None,
+            expect="no mutual exclusion even without faults: each worker process locks a "
+                   "different key for the same name",
+            options={"lock": "advisory", "advisory_key": "python-hash"},
+            unsafe=True,
         ),
     ]
 }
