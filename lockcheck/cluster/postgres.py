@@ -42,7 +42,8 @@ INITDB_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
 
 # Sessions holding advisory locks; when there are none (the lease table keeps its locks
-# in rows, not in sessions), every client session: each may be a lease holder's.
+# in rows, not in sessions), every client session: each may be a lease holder's. The
+# timeout waits (up to 1 s) until each backend is gone, and its locks with it.
 TERMINATE_HOLDERS = """
 WITH holders AS (
   SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
@@ -53,7 +54,7 @@ WITH holders AS (
    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
      AND NOT EXISTS (SELECT 1 FROM holders)
 )
-SELECT a.pid, a.application_name, pg_terminate_backend(a.pid)
+SELECT a.pid, a.application_name, pg_terminate_backend(a.pid, 1000)
   FROM pg_stat_activity a JOIN targets t USING (pid)
  ORDER BY a.pid
 """

@@ -1,0 +1,337 @@
+"""PostgreSQL, real servers: the database's faults, the lock SQL, and the findings.
+
+Part 1 drives `PostgresDB` and the lock clients directly against one server in a
+namespace (module-scoped): the lease table's grants, expiry and fences; the advisory
+lock as `pg_locks` sees it; a crash that leaves no shared memory behind; a pause of
+every server process; the termination of the holders' sessions.
+
+Part 2 runs the `lockcheck` command once per finding (module-scoped) and looks at
+what the checkers say:
+
+* `postgres-advisory` + `failover`: the holder's session is terminated while it works;
+  it learns at its next query, after another client took the lock (overlap).
+* `postgres` + `client-pause`: the paused holder's lease expires by the server's clock,
+  another client takes the lock, the holder wakes inside its section (overlap); with
+  the `fenced` workload the resource rejects its stale write (saves, none accepted).
+* `postgres-advisory-hash`: with no fault at all, workers lock different keys.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockcheck.cluster.netns import LocalCluster
+from lockcheck.cluster.postgres import OS_USER, PostgresDB
+from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
+from lockcheck.locks.api import ClientOptions, Indefinite, NotOwner
+from lockcheck.locks.postgres import (
+    AdvisoryClient,
+    LeaseTableClient,
+    Session,
+    create_schema,
+    session_params,
+    stable_key,
+)
+from lockcheck.spec import TestSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+OP_TIMEOUT = 0.5
+
+
+def postgres_uid() -> int:
+    import pwd
+
+    return pwd.getpwnam(OS_USER).pw_uid
+
+
+def shm_segments_of_postgres() -> set[str]:
+    """SysV segments owned by postgres in the host's IPC namespace (key, id)."""
+    uid = str(postgres_uid())
+    out = set()
+    for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+        f = line.split()
+        if len(f) > 7 and f[7] == uid:
+            out.add(f"{f[0]}/{f[1]}")
+    return out
+
+
+def dev_shm_postgres() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir() if p.name.startswith("PostgreSQL.")}
+
+
+def postgres_pids_in(netns: str) -> list[int]:
+    from lockcheck.cluster.netns import netns_pids
+
+    uid = postgres_uid()
+    return [p for p in netns_pids(netns) if _uid_of(p) == uid and _state(p) not in ("Z", None)]
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+# -- part 1: the database and the SQL, driven directly ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[PostgresDB, LocalCluster]]:
+    before = shm_segments_of_postgres(), dev_shm_postgres()
+    cluster = LocalCluster(1, 0, Registry(DEFAULT_STATE_DIR))
+    db = PostgresDB(TestSpec(backend="postgres", nemesis=()), {})
+    try:
+        cluster.up()
+        db.setup(cluster)
+        create_schema(db.client_config())
+        yield db, cluster
+    finally:
+        db.teardown()
+        cluster.down()
+    # nothing of the server is left in the host's IPC namespace or in /dev/shm
+    assert (shm_segments_of_postgres(), dev_shm_postgres()) == before
+
+
+def session_for(db: PostgresDB, worker: int = 0) -> Session:
+    opts = ClientOptions(ttl_ms=1000, op_timeout_s=OP_TIMEOUT, worker=worker)
+    return Session(session_params(db.client_config(), opts), OP_TIMEOUT)
+
+
+def test_lease_table_grants_expires_and_keeps_its_fences(server: Any) -> None:
+    db, _ = server
+    a = LeaseTableClient(session_for(db, 0), ttl_ms=300, drift=0.01)
+    b = LeaseTableClient(session_for(db, 1), ttl_ms=300, drift=0.01)
+    try:
+        first = a.acquire("t-lease")
+        assert first is not None and first.fence == 1
+        assert b.acquire("t-lease") is None  # held, not expired
+        a.renew(first)
+        time.sleep(0.4)  # past the TTL, by the server's clock
+        with pytest.raises(NotOwner):
+            a.renew(first)  # expired: a lease is not renewed from the dead
+        second = b.acquire("t-lease")
+        assert second is not None and second.fence == 2  # +1 from the row
+        with pytest.raises(NotOwner):
+            a.release(first)  # someone else's now
+        b.release(second)
+        with pytest.raises(NotOwner):
+            b.release(second)  # already free
+        third = a.acquire("t-lease")  # free: granted at once, the counter kept
+        assert third is not None and third.fence == 3
+        a.release(third)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_advisory_lock_is_the_sessions_and_pg_locks_says_so(server: Any) -> None:
+    db, _ = server
+    a = AdvisoryClient(session_for(db, 0), ttl_ms=1000, drift=0.01, key_of=stable_key)
+    b = AdvisoryClient(session_for(db, 1), ttl_ms=1000, drift=0.01, key_of=stable_key)
+    try:
+        # one key below zero, one above: pg_locks splits a bigint key in two halves
+        assert stable_key("k1") < 0 < stable_key("k2")
+        held = a.acquire("k1")
+        assert held is not None and held.fence is None
+        assert b.acquire("k1") is None
+        a.renew(held)  # pg_locks: this session holds it
+        with pytest.raises(NotOwner):
+            b.renew(held)  # a session that does not hold it
+        other = a.acquire("k2")
+        assert other is not None
+        a.renew(other)
+        a.release(other)
+        with pytest.raises(NotOwner):
+            a.renew(other)
+        # the failover terminates the holder's session; the holder learns at its next query
+        done = db.failover(random.Random(1))
+        assert done["targets"] == ["n1"] and done["pids"], done
+        assert "lockcheck-w0" in done["sessions"], done
+        assert "lockcheck-w1" not in done["sessions"], done  # it held nothing
+        got = b.acquire("k1")  # the lock went with the session
+        assert got is not None
+        with pytest.raises(Indefinite) as ei:
+            a.renew(held)
+        assert str(ei.value) == "terminated"
+        with pytest.raises(NotOwner):
+            a.renew(held)  # a new session: it does not hold the lock
+        b.release(got)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_crash_kills_every_server_process_and_leaves_no_shared_memory(server: Any) -> None:
+    db, cluster = server
+    ns = cluster.nodes[0].netns
+    c = LeaseTableClient(session_for(db), ttl_ms=60_000, drift=0.01)
+    try:
+        held = c.acquire("t-crash")
+        assert held is not None
+        assert len(postgres_pids_in(ns)) >= 5  # postmaster, checkpointer, walwriter, ...
+        db.kill("n1")
+        assert not db.alive("n1")
+        assert postgres_pids_in(ns) == []
+        assert db.server is not None and (db.server.data / "postmaster.pid").exists()
+        db.start("n1")  # crash recovery on the same data
+        assert db.alive("n1")
+        with pytest.raises(Indefinite):
+            c.renew(held)  # the old session died with the server
+        c.renew(held)  # the acknowledged grant survived the crash (synchronous commit)
+        c.release(held)
+    finally:
+        c.close()
+
+
+def test_a_pause_stops_every_server_process(server: Any) -> None:
+    db, cluster = server
+    ns = cluster.nodes[0].netns
+    c = LeaseTableClient(session_for(db), ttl_ms=1000, drift=0.01)
+    try:
+        c.acquire("t-pause")  # connected
+        db.pause("n1")
+        deadline = time.monotonic() + 2.0  # a signal takes effect when the process runs
+        states = {p: _state(p) for p in postgres_pids_in(ns)}
+        while set(states.values()) != {"T"} and time.monotonic() < deadline:
+            time.sleep(0.01)
+            states = {p: _state(p) for p in postgres_pids_in(ns)}
+        assert len(states) >= 5 and set(states.values()) == {"T"}, states
+        t0 = time.monotonic()
+        with pytest.raises(Indefinite) as ei:
+            c.acquire("t-pause-2")
+        assert str(ei.value) == "timeout"
+        assert time.monotonic() - t0 < OP_TIMEOUT + 1.0  # bounded by the op timeout
+        assert db.failover(random.Random(1))["targets"] == []
+        db.resume("n1")
+        assert set(map(_state, postgres_pids_in(ns))) <= {"S", "R", "D"}
+        assert c.acquire("t-pause-3") is not None
+    finally:
+        db.resume("n1")
+        c.close()
+
+
+# -- part 2: the findings, through the lockcheck command ----------------------------------
+
+
+def run_once(module_cli: Any, *args: Any) -> Any:
+    before = shm_segments_of_postgres(), dev_shm_postgres()
+    r = module_cli("test", *args, "--quiet", "1", timeout=180)
+    assert r.run_dir is not None, r.explain()
+    assert r.code in (0, 1), r.explain()
+    assert "failure" not in r.results(), r.results().get("failure")
+    module_cli.assert_no_leftovers(r.test_json()["run_id"])
+    assert (shm_segments_of_postgres(), dev_shm_postgres()) == before
+    return r
+
+
+@pytest.fixture(scope="module")
+def advisory_failover(module_cli: Any) -> Any:
+    return run_once(module_cli, "--backend", "postgres-advisory", "--nemesis", "failover",
+                    "--time-limit", "6", "--nemesis-interval", "1.5")
+
+
+@pytest.fixture(scope="module")
+def pause_mutex(module_cli: Any) -> Any:
+    return run_once(module_cli, "--backend", "postgres", "--nemesis", "client-pause",
+                    "--time-limit", "6", "--nemesis-interval", "1.5")
+
+
+@pytest.fixture(scope="module")
+def pause_fenced(module_cli: Any) -> Any:
+    return run_once(module_cli, "--backend", "postgres", "--workload", "fenced",
+                    "--nemesis", "client-pause", "--time-limit", "6",
+                    "--nemesis-interval", "1.5")
+
+
+@pytest.fixture(scope="module")
+def hash_keys(module_cli: Any) -> Any:
+    return run_once(module_cli, "--backend", "postgres-advisory-hash", "--nemesis", "none",
+                    "--time-limit", "3")
+
+
+def nemesis_values(r: Any, f: str) -> list[dict[str, Any]]:
+    from lockcheck.history import read_history
+
+    return [o.value for o in read_history(r.run_dir / "history.jsonl")
+            if o.process == "nemesis" and o.type == "info" and o.f == f]
+
+
+def test_finding_advisory_lock_terminated_holder_overlaps(advisory_failover: Any) -> None:
+    r = advisory_failover
+    assert r.code == 1, r.explain()
+    res = r.results()
+    me = res["checkers"]["mutual-exclusion"]
+    assert me["valid"] is False and me["violation_count"] > 0, me
+    # the earlier holder's section ended when its next query found the session gone
+    reasons = {x for v in me["violations"] for x in v["exit_reasons"]}
+    assert "indefinite" in reasons, me["violations"][:3]
+    done = nemesis_values(r, "failover")
+    assert any(v.get("pids") for v in done), done
+    assert res["recovery"]["valid"] is True
+
+
+def test_finding_paused_lease_holder_overlaps_the_next(pause_mutex: Any) -> None:
+    r = pause_mutex
+    assert r.code == 1, r.explain()
+    res = r.results()
+    me = res["checkers"]["mutual-exclusion"]
+    assert me["valid"] is False and me["violation_count"] > 0, me
+    paused = [v for v in nemesis_values(r, "pause-client") if "skipped" not in v]
+    assert paused, "no holder was paused"
+    # the service is not to blame: the second grant came after the first lease expired
+    assert res["checkers"]["lease-safety"]["valid"] is True
+    assert res["checkers"]["fencing"]["duplicate_fence_count"] == 0
+    assert res["recovery"]["valid"] is True
+
+
+def test_finding_the_fence_rejects_the_paused_holders_write(pause_fenced: Any) -> None:
+    r = pause_fenced
+    assert r.code == 0, r.explain()
+    fe = r.results()["checkers"]["fencing"]
+    assert fe["resource_valid"] is True
+    assert fe["saves"] > 0, fe
+    assert fe["stale_accepted_count"] == 0 and fe["interleaved_count"] == 0, fe
+    assert fe["accepted"] > 0
+    assert r.results()["summary"].startswith("resource safe")
+
+
+def test_finding_python_hash_keys_give_no_mutual_exclusion(hash_keys: Any) -> None:
+    r = hash_keys
+    assert r.code == 1, r.explain()
+    me = r.results()["checkers"]["mutual-exclusion"]
+    assert me["violation_count"] > 0, me
+    assert r.results()["stats"]["faults"] == 0
+
+
+def test_server_log_and_version_in_the_results(advisory_failover: Any) -> None:
+    d = advisory_failover.run_dir
+    log = (d / "nodes" / "n1" / "postgres.log").read_text()
+    assert "database system is ready to accept connections" in log
+    assert (d / "nodes" / "n1" / "initdb.log").is_file()
+    v = advisory_failover.test_json()["versions"]
+    assert v["postgres"].startswith("15.") and v["psycopg"][0] == "3"
+
+
+def test_test_json_names_the_backend_and_its_capabilities(pause_mutex: Any) -> None:
+    t = pause_mutex.test_json()
+    info = t["backend_info"]
+    assert info["family"] == "postgres" and info["client"] == "psycopg"
+    assert set(info["capabilities"]) == {"kill", "pause", "failover", "logs"}
+
+
