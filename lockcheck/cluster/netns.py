@@ -324,6 +324,13 @@ def cleanup_leftovers(registry: Registry, *, include_live: bool = False) -> list
     Returns the run ids cleaned. Resources are found through the registry and, for a
     run killed before it could write its registry entry, by lockcheck's own names.
     """
+    # under the lock `up` holds from registering a run to creating its bridge: read
+    # between the two, a starting run's bridge would look like an orphan
+    with registry.locked():
+        return _cleanup_leftovers(registry, include_live)
+
+
+def _cleanup_leftovers(registry: Registry, include_live: bool) -> list[str]:
     cleaned: list[str] = []
     live_ids: set[str] = set()
     for st in registry.all():
