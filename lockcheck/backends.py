@@ -107,9 +107,9 @@ BACKENDS: dict[str, Backend] = {
             description="session pg_try_advisory_lock on the worker's one autocommit "
                         "connection (tooz, django-pglocks); no TTL",
             fence=None,
-            expect="a holder whose session is terminated (failover) or whose server "
-                   "crashed (kill) keeps working until its next query, while another "
-                   "client holds the lock",
+            expect="a holder whose session is terminated (failover) keeps working until "
+                   "its next query while another client already holds the lock; a paused "
+                   "holder (client-pause) keeps its lock: there is no TTL",
             options={"lock": "advisory", "advisory_key": "stable"},
             unsafe=True,
         ),

@@ -16,8 +16,10 @@ would), LogFiles.
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,8 @@ from lockcheck.cluster.api import Cluster, Daemon, Node
 from lockcheck.cluster.probe import tail_lines, wait_until
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
+
+log = logging.getLogger("lockcheck.postgres")
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 POSTGRES = PG_BIN / "postgres"
@@ -154,6 +158,7 @@ class PostgresServer:
     def init(self) -> None:
         """A new cluster in the node's folder: initdb, trust for every address."""
         n = self.node
+        t0 = time.monotonic()
         n.run(["mkdir", "-p", str(self.data), str(self.socket_dir)])
         n.run(["chown", "-R", f"{OS_USER}:{OS_USER}", str(self.dir)])
         n.run(["chmod", "700", str(self.data)])
@@ -168,6 +173,7 @@ class PostgresServer:
         # only the run's own namespaces can reach the server: trust them all
         n.write_file(self.data / "pg_hba.conf",
                      "local all all trust\nhost all all all trust\n")
+        log.info("initdb on %s in %.2fs", n.name, time.monotonic() - t0)
 
     def argv(self) -> list[str]:
         settings = server_settings(self.node.address, self.port, self.socket_dir,
@@ -298,8 +304,10 @@ class PostgresDB:
         self.server.start()
 
     def teardown(self) -> None:
-        if self.server is not None:
+        if self.server is not None and self.server.alive():
+            t0 = time.monotonic()
             self.server.stop()
+            log.info("postgres stopped in %.2fs", time.monotonic() - t0)
 
     def versions(self) -> dict[str, str]:
         return {"postgres": postgres_version()}
