@@ -94,8 +94,12 @@ def _state(pid: int) -> str | None:
 # -- part 1: the database and the SQL, driven directly ------------------------------------
 
 
+SharedMemory = tuple[set[str], set[str]]
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[PostgresDB, LocalCluster]]:
+def server() -> Iterator[tuple[PostgresDB, LocalCluster, SharedMemory]]:
+    """One server, and the host's shared memory (SysV, /dev/shm) from before it started."""
     before = shm_segments_of_postgres(), dev_shm_postgres()
     cluster = LocalCluster(1, 0, Registry(DEFAULT_STATE_DIR))
     db = PostgresDB(TestSpec(backend="postgres", nemesis=()), {})
@@ -103,7 +107,7 @@ def server() -> Iterator[tuple[PostgresDB, LocalCluster]]:
         cluster.up()
         db.setup(cluster)
         create_schema(db.client_config())
-        yield db, cluster
+        yield db, cluster, before
     finally:
         db.teardown()
         cluster.down()
@@ -117,7 +121,7 @@ def session_for(db: PostgresDB, worker: int = 0) -> Session:
 
 
 def test_lease_table_grants_expires_and_keeps_its_fences(server: Any) -> None:
-    db, _ = server
+    db, _, _ = server
     a = LeaseTableClient(session_for(db, 0), ttl_ms=300, drift=0.01)
     b = LeaseTableClient(session_for(db, 1), ttl_ms=300, drift=0.01)
     try:
@@ -144,7 +148,7 @@ def test_lease_table_grants_expires_and_keeps_its_fences(server: Any) -> None:
 
 
 def test_advisory_lock_is_the_sessions_and_pg_locks_says_so(server: Any) -> None:
-    db, _ = server
+    db, _, _ = server
     a = AdvisoryClient(session_for(db, 0), ttl_ms=1000, drift=0.01, key_of=stable_key)
     b = AdvisoryClient(session_for(db, 1), ttl_ms=1000, drift=0.01, key_of=stable_key)
     try:
@@ -192,7 +196,7 @@ def python_hash_in_a_new_process(name: str, seed: str) -> int:
 def test_python_hash_keys_let_two_processes_hold_one_name(server: Any) -> None:
     """`postgres-advisory-hash`: str hashes are salted per process, so two workers lock
     different keys for the same name, and both are granted it."""
-    db, _ = server
+    db, _, _ = server
     keys = [python_hash_in_a_new_process("k0", seed) for seed in ("1", "2")]
     assert keys[0] != keys[1]
     a, b = (AdvisoryClient(session_for(db, w), ttl_ms=1000, drift=0.01,
@@ -208,7 +212,7 @@ def test_python_hash_keys_let_two_processes_hold_one_name(server: Any) -> None:
 
 
 def test_a_crash_kills_every_server_process_and_leaves_no_shared_memory(server: Any) -> None:
-    db, cluster = server
+    db, cluster, before = server
     ns = cluster.nodes[0].netns
     c = LeaseTableClient(session_for(db), ttl_ms=60_000, drift=0.01)
     try:
@@ -218,7 +222,13 @@ def test_a_crash_kills_every_server_process_and_leaves_no_shared_memory(server: 
         db.kill("n1")
         assert not db.alive("n1")
         assert postgres_pids_in(ns) == []
-        assert db.server is not None and (db.server.data / "postmaster.pid").exists()
+        # all at once: no backend lived to see the postmaster gone and say goodbye
+        assert db.server is not None
+        assert "unexpected postmaster exit" not in db.server.log_path.read_text()
+        # a SIGKILLed postmaster leaves its SysV segment, and posix DSM files, behind:
+        # none in the host's IPC namespace, none in /dev/shm, even before a restart
+        assert (shm_segments_of_postgres(), dev_shm_postgres()) == before
+        assert (db.server.data / "postmaster.pid").exists()  # not a clean shutdown
         db.start("n1")  # crash recovery on the same data
         assert db.alive("n1")
         with pytest.raises(Indefinite):
@@ -230,7 +240,7 @@ def test_a_crash_kills_every_server_process_and_leaves_no_shared_memory(server: 
 
 
 def test_a_pause_stops_every_server_process(server: Any) -> None:
-    db, cluster = server
+    db, cluster, _ = server
     ns = cluster.nodes[0].netns
     c = LeaseTableClient(session_for(db), ttl_ms=1000, drift=0.01)
     try:
@@ -353,6 +363,7 @@ def test_finding_the_fence_rejects_the_paused_holders_write(pause_fenced: Any) -
     assert fe["resource_valid"] is True
     assert fe["saves"] > 0, fe
     assert fe["stale_accepted_count"] == 0 and fe["interleaved_count"] == 0, fe
+    assert fe["duplicate_fence_count"] == 0 and fe["regression_count"] == 0, fe
     assert fe["accepted"] > 0
     assert r.results()["summary"].startswith("resource safe")
 
