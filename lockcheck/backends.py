@@ -75,7 +75,7 @@ def _postgres(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="postgres", db="lockcheck.cluster.postgres:PostgresDB",
         client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
-        binaries=("/usr/lib/postgresql/15/bin/postgres", "setpriv", "unshare"))
+        binaries=("/usr/lib/postgresql/15/bin/postgres",))  # setpriv, unshare: util-linux
     return Backend(**{**base, **kw})
 
 

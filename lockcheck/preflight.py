@@ -15,8 +15,6 @@ INSTALL = {
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
     "/usr/lib/postgresql/15/bin/postgres": "apt-get install -y postgresql-15",
-    "setpriv": "apt-get install -y util-linux",
-    "unshare": "apt-get install -y util-linux",
 }
 
 
