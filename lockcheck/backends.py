@@ -99,6 +99,15 @@ def _sentinel(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _postgres(**kw: Any) -> Backend:
+    """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
+    base: dict[str, Any] = dict(
+        family="postgres", db="lockcheck.cluster.postgres:PostgresDB",
+        client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
+        binaries=("/usr/lib/postgresql/15/bin/postgres",))  # setpriv, unshare: util-linux
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -218,6 +227,39 @@ BACKENDS: dict[str, Backend] = {
                    "timing; fences still repeat, and a primary restarted empty still wipes "
                    "its replicas",
             options={"min_replicas": 1},
+        ),
+        _postgres(
+            name="postgres",
+            description="the brief's lease table: INSERT ... ON CONFLICT DO UPDATE WHERE "
+                        "expired by the server's clock, renew/release by owner and fence",
+            fence="the lease row's counter, +1 from the row on every grant, kept across "
+                  "releases",
+            expect="safe under server faults (the lease lives in a row, expired by the "
+                   "server's clock); a paused holder (client-pause) overlaps the next one, "
+                   "and the fence stops its stale write",
+            options={"lock": "lease-table",
+                     "setup": "lockcheck.locks.postgres:create_schema"},
+        ),
+        _postgres(
+            name="postgres-advisory",
+            description="session pg_try_advisory_lock on the worker's one autocommit "
+                        "connection (tooz, django-pglocks); no TTL",
+            fence=None,
+            expect="a holder whose session is terminated (failover) keeps working until "
+                   "its next query while another client already holds the lock; a paused "
+                   "holder (client-pause) keeps its lock: there is no TTL",
+            options={"lock": "advisory", "advisory_key": "stable"},
+            unsafe=True,
+        ),
+        _postgres(
+            name="postgres-advisory-hash",
+            description="session advisory lock keyed by Python's hash(name) & 0x7FFFFFFF, "
+                        "which is salted per process",
+            fence=None,
+            expect="no mutual exclusion even without faults: each worker process locks a "
+                   "different key for the same name",
+            options={"lock": "advisory", "advisory_key": "python-hash"},
+            unsafe=True,
         ),
     ]
 }
