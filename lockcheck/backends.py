@@ -48,6 +48,13 @@ class Backend:
         factory: ClientFactory = load(self.client)
         return factory
 
+    def prepare(self, db: DB, spec: TestSpec) -> None:
+        """The backend's one-off preparation once its database serves (a table, say),
+        run from the controller: `options["setup"]` names it as "module:function"."""
+        setup = self.options.get("setup")
+        if setup:
+            load(str(setup))(db.client_config(), spec)
+
     def library_version(self) -> str:
         try:
             return importlib.metadata.version(self.library)

@@ -334,6 +334,7 @@ def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
     try:
         c.up()
         db.setup(c)
+        b.prepare(db, spec)
         services = db.describe()
         info = c.describe()
         c.keep(services)

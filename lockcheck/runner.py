@@ -324,11 +324,7 @@ class Run:
         self.test["versions"] = versions(self.p)  # now the servers can be asked
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
-        setup = self.p.backend.options.get("setup")
-        if setup:  # a backend's one-off preparation (a table, say), run from here
-            from lockcheck.backends import load
-
-            load(str(setup))(self.p.db.client_config(), self.spec)
+        self.p.backend.prepare(self.p.db, self.spec)
 
     def stop_db(self) -> list[str]:
         problems = self.fetch_logs()
