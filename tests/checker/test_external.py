@@ -69,7 +69,7 @@ def test_lockcheck_history_illegal(tmp_path: Path) -> None:
 def test_mutex_model_on_lockcheck_history(tmp_path: Path) -> None:
     r = run(write_jsonl(tmp_path / "h.jsonl", GOOD), model="mutex")
     assert r["valid"] is True
-    assert r["details"]["path"] == "search"
+    assert r["details"]["path"] == "fast"
 
 
 @pytest.mark.parametrize("name", ["lease-safety", "linearizable", "mutual-exclusion", "fencing"])
