@@ -236,8 +236,9 @@ def check_lock_operations(
         out["search_cache_entries"] = info.cache_entries
     if search_note and valid is not True:
         out["note"] = search_note
-    if not operations:
-        out["note"] = "no lock operations in the history"
+    if not operations:  # nothing was checked: that is not a pass
+        out.update(valid="unknown", note="no lock operations in the history",
+                   nothing_checked="no lock operations in the history")
     if illegal:
         first = illegal[0]
         out["illegal"] = illegal

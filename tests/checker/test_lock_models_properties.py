@@ -266,7 +266,7 @@ def test_checker_paths_agree(rng: random.Random) -> None:
     on = check_lock_operations(ops, model_name="fenced-mutex")
     off = check_lock_operations(ops, model_name="fenced-mutex", use_fast_path=False)
     assert on["valid"] == off["valid"], _show(ops)
-    assert on["valid"] in (True, False)
+    assert on["valid"] in ((True, False) if ops else ("unknown",))
 
 
 # ------------------------------------------------------------------ the generator is useful
