@@ -220,18 +220,27 @@ class _Span:
 
 
 def _span(b: _Block, fenced: bool) -> _Span:
-    ops = [b.acquire, *b.renews] + ([b.release] if b.release is not None else [])
-    low_op = min(ops, key=lambda o: o.return_time)
-    high_op: Operation | None = max(ops, key=lambda o: o.call)
-    assert high_op is not None
+    low_op = high_op = b.acquire
+    for o in b.renews:
+        if o.return_time < low_op.return_time:
+            low_op = o
+        if o.call > high_op.call:
+            high_op = o
+    rel = b.release
+    if rel is not None:
+        if rel.return_time < low_op.return_time:
+            low_op = rel
+        if rel.call > high_op.call:
+            high_op = rel
     high: float = high_op.call
-    if not fenced and b.release is None:
+    closing: Operation | None = high_op
+    if not fenced and rel is None:
         cr = b.crashed_release
         if cr is None:
-            high, high_op = INF, None
+            high, closing = INF, None
         elif cr.call > high:
-            high, high_op = cr.call, cr
-    return _Span(low_op.return_time, low_op, high, high_op)
+            high, closing = cr.call, cr
+    return _Span(low_op.return_time, low_op, high, closing)
 
 
 def _order(blocks: list[_Block], fenced: bool) -> FastVerdict:

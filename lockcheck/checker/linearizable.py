@@ -48,9 +48,10 @@ from lockcheck.checker.porcupine import (
     visualize,
 )
 from lockcheck.checker.porcupine.lock_models import LOCK_MODELS, LockF, LockInput, LockOutput
-from lockcheck.history import Op, pair_ops
+from lockcheck.history import Op
 
 LOCK_FS = ("acquire", "release", "renew")
+_LOCK_FS = frozenset(LOCK_FS)
 DEFAULT_MODEL = "fenced-mutex"
 MAX_CACHE = 2_000_000  # memoized configurations over all searched keys, at most
 CACHE_BUDGET_BYTES = 1_000_000_000
@@ -67,70 +68,90 @@ def auto_cache_cap(largest_partition: int, budget_bytes: int = CACHE_BUDGET_BYTE
     return max(1000, min(MAX_CACHE, budget_bytes // per_entry))
 
 
-def _field(op: Op | None, name: str) -> Any:
-    if op is None:
-        return None
-    v = op.value
-    return v.get(name) if type(v) is dict else None
+def _fence_of(v: Any) -> int | None:
+    if type(v) is dict:
+        fence = v.get("fence")
+        if type(fence) is int:
+            return fence
+    return None
 
 
-def _fence_of(op: Op | None) -> int | None:
-    fence = _field(op, "fence")
-    return fence if type(fence) is int else None
-
-
-def _lease_of(op: Op | None) -> Hashable:
-    lease = _field(op, "lease")
-    return lease if isinstance(lease, str | int) and not isinstance(lease, bool) else None
+def _lease_of(v: Any) -> Hashable:
+    if type(v) is dict:
+        lease = v.get("lease")
+        if type(lease) is str or type(lease) is int:
+            return lease
+    return None
 
 
 def lock_operations(ops: Iterable[Op]) -> list[Operation]:
-    """The lock ops of a lockcheck history as engine operations (see module doc)."""
+    """The lock ops of a lockcheck history as engine operations (see module doc), in the
+    order of their completions (ops that never completed last). One pass: a grant's
+    completion always precedes the renews and releases that name its lease."""
     out: list[Operation] = []
+    append = out.append
     ids: dict[Any, int] = {}  # non-integer processes -> row numbers for the timeline
-    lock_ops = (
-        op for op in ops if op.f in LOCK_FS and op.key is not None and op.process != "nemesis"
-    )
-    pairs = [p for p in pair_ops(lock_ops) if p.complete is None or p.complete.type != "fail"]
+    open_: dict[tuple[Any, str], Op] = {}
     # (key, lease token) -> (owner process, fence) of the ok acquire that returned it
     grants: dict[tuple[Any, Hashable], tuple[Any, int | None]] = {}
-    for pair in pairs:
-        comp = pair.complete
-        if pair.invoke.f == "acquire" and comp is not None and comp.type == "ok":
-            token = _lease_of(comp)
-            if token is not None:
-                grants[(pair.invoke.key, token)] = (pair.invoke.process, _fence_of(comp))
+    outputs: dict[int | None, LockOutput] = {}
+    lock_fs = _LOCK_FS
     inf = math.inf
-    for pair in pairs:
-        inv, comp = pair.invoke, pair.complete
-        typ = "info" if comp is None else comp.type
+    unknown = UNKNOWN
+
+    def emit(inv: Op, comp: Op | None) -> None:
         f = inv.f
-        if typ == "info" and f == "renew":
-            continue
         proc = inv.process
         owner: Any = proc
         named = None
         if f != "acquire":
-            named = _fence_of(inv)
-            if named is None:
-                named = _fence_of(comp)
-            token = _lease_of(inv)
-            if token is None:
-                token = _lease_of(comp)
+            if comp is None and f == "renew":
+                return  # a crashed renew changes nothing
+            v = inv.value
+            named = _fence_of(v)
+            token = _lease_of(v)
+            if comp is not None:
+                if named is None:
+                    named = _fence_of(comp.value)
+                if token is None:
+                    token = _lease_of(comp.value)
             if token is not None:
                 # a lease nobody was granted has an owner that never held the lock
                 owner, granted = grants.get((inv.key, token), (f"lease {token}", None))
                 if named is None:
                     named = granted
-        inp = LockInput(cast(LockF, f), owner, inv.key, named)
-        if typ == "ok":
-            assert comp is not None
-            output: Any = LockOutput(_fence_of(comp))
+        output: Any
+        if comp is not None:
+            if f == "acquire":
+                fence = _fence_of(comp.value)
+                output = outputs.get(fence)
+                if output is None:
+                    output = outputs[fence] = LockOutput(fence)
+                token = _lease_of(comp.value)
+                if token is not None:
+                    grants[(inv.key, token)] = (proc, fence)
+            else:
+                output = outputs.get(None) or outputs.setdefault(None, LockOutput(None))
             ret: float = comp.time
         else:
-            output, ret = UNKNOWN, inf
+            output, ret = unknown, inf
         client = proc if type(proc) is int else ids.setdefault(proc, 1_000_000 + len(ids))
-        out.append(Operation(client, inp, inv.time, output, ret))
+        append(Operation(client, LockInput(cast(LockF, f), owner, inv.key, named), inv.time,
+                         output, ret))
+
+    for op in ops:
+        f = op.f
+        if f not in lock_fs or op.key is None or op.process == "nemesis":
+            continue
+        typ = op.type
+        if typ == "invoke":
+            open_[(op.process, f)] = op
+        elif typ != "event":
+            inv = open_.pop((op.process, f), None)
+            if inv is not None and typ != "fail":
+                emit(inv, op if typ == "ok" else None)
+    for inv in open_.values():  # never completed: the run was cut short
+        emit(inv, None)
     return out
 
 
@@ -169,7 +190,8 @@ def check_lock_operations(
     fast_keys = 0
     for key in sorted(parts, key=str):
         hist = parts[key]
-        entry: dict[str, Any] = {"ops": len(hist), "crashed": sum(o.crashed for o in hist)}
+        entry: dict[str, Any] = {"ops": len(hist),
+                                 "crashed": sum(1 for o in hist if o.return_time == math.inf)}
         per_key[str(key)] = entry
         if use_fast_path:
             v = fast_check(hist, model_name)
