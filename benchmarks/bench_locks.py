@@ -1,8 +1,20 @@
-"""Benchmark: the `linearizable` checker (fenced-mutex) on a large lock history.
+"""Benchmark: the `linearizable` checker (fenced-mutex) on large lock histories.
 
-    python benchmarks/bench_locks.py                 # generate, then check in subprocesses
+    python benchmarks/bench_locks.py                 # the 200,000-op rows (below)
     python benchmarks/bench_locks.py --ops 20000     # smaller
     python benchmarks/bench_locks.py --search-timeout 120
+    python benchmarks/bench_locks.py --shapes all    # the 1,000,000-op rows, four shapes
+    python benchmarks/bench_locks.py --shapes no-fences --ops 200000
+
+`--shapes` writes, per shape, a valid history and one with a planted lie (a refused
+acquire of k0 recorded as ok, with the holder's own fence: a second holder), and checks
+each in a fresh subprocess: read + `check_linearizable`, wall time and peak RSS. The
+shapes (`SHAPES`): `acq-fences` (fences in acquires only, renews and releases carry
+none, no lease tokens: Jepsen's shape), `all-fences` (fences and lease tokens in
+acquires, renews and releases: lockcheck's format), `no-fences` (lease tokens, no
+fences: Redlock), `no-fences-crash5` (the same with 5 % crashed ops). In these any
+`info` retires the process; after an `info` renew the worker releases under its new
+id naming the lease (where it has a token).
 
 It simulates a lease lock service with TTLs (10 keys, 20 clients by default) and
 writes a lockcheck `history.jsonl` of N operations (an invoke plus its completion
@@ -296,6 +308,16 @@ def swap_fences(src: Path, dst: Path, key: str = "k0", nth: int = 1000) -> tuple
     return a, b
 
 
+def _peak_mb() -> float:
+    """This process's peak RSS since it started (VmHWM). Not ru_maxrss: that one keeps
+    the high-water mark across exec, so a child forked from a big parent inherits it."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dict[str, Any]:
     """Run in the subprocess: read, check, report time and peak memory."""
     from lockcheck.checker.api import CheckOptions
@@ -313,13 +335,14 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
             "check_s": round(time.perf_counter() - t1, 2),
             "valid": ls["valid"],
             "certificates": ls["certificates"],
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": _peak_mb(),
         }
     r = check_linearizable(ops, CheckOptions(timeout_s=timeout, extra={"fast_path": fast}))
     t2 = time.perf_counter()
     return {
         "read_s": round(t1 - t0, 2),
         "check_s": round(t2 - t1, 2),
+        "cpu_s": round(time.process_time(), 2),
         "valid": r["valid"],
         "path": r["path"],
         "note": r.get("note", ""),
@@ -327,7 +350,7 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
         "keys_ok": sum(1 for k in r["keys"].values() if k["result"] == "ok"),
         "keys": len(r["keys"]),
         "cache_entries": r.get("search_cache_entries"),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": _peak_mb(),
     }
 
 
@@ -350,6 +373,36 @@ def run_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dic
     return res
 
 
+def run_shapes(args: argparse.Namespace) -> None:
+    """The --shapes rows: per shape a valid history and one with a planted lie."""
+    import dataclasses
+
+    from lockcheck.history import JSON_READER
+
+    names = [n for n in SHAPES if n != "fenced"] if args.shapes == "all" else (
+        args.shapes.split(","))
+    ops = args.ops or 1_000_000
+    print(f"{ops} ops, {args.keys} keys, {args.clients} clients; reader {JSON_READER}")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.dir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            for plant in (False, True):
+                shape = dataclasses.replace(SHAPES[name], plant=plant)
+                p = d / f"{name}{'-lie' if plant else ''}.jsonl"
+                t0 = time.perf_counter()
+                counts = generate(p, ops=ops, keys=args.keys, clients=args.clients,
+                                  ttl_ms=args.ttl_ms, seed=args.seed, shape=shape)
+                size = p.stat().st_size / 1e6
+                info = sum(v for k, v in counts.items() if k.endswith(":info"))
+                print(f"{p.name}: generated in {time.perf_counter() - t0:.0f} s, {size:.0f} MB, "
+                      f"{counts['lines']} lines, {info} info")
+                print(f"  before: {_load()}")
+                res = run_child(p, None, True, False)
+                print(f"  {json.dumps(res)}")
+                p.unlink()
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
@@ -357,7 +410,9 @@ def _load() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--ops", type=int, default=None,
+                    help="operations [200,000; 1,000,000 with --shapes]")
+    ap.add_argument("--shapes", default="", help="comma-separated shapes, or all")
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--ttl-ms", type=int, default=100)
@@ -374,6 +429,10 @@ def main() -> None:
         print(json.dumps(check_child(args.child, args.timeout, bool(args.fast), args.lease)))
         return
 
+    if args.shapes:
+        run_shapes(args)
+        return
+    args.ops = args.ops or 200_000
     with tempfile.TemporaryDirectory() as tmp:
         d = args.dir or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)

@@ -84,7 +84,7 @@ def test_knossos_cas_register_corpus() -> None:
         both(keyed(cas_register(want.get("initial"))), ops)
 
 
-SETTINGS = settings(max_examples=300, deadline=None, database=None,
+SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

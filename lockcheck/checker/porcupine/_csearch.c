@@ -126,9 +126,9 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
             return s->tvals[j];
         j = (j + 1) & mask;
     }
-    PyObject *res = PyObject_CallFunctionObjArgs(
-        s->step, PyList_GET_ITEM(s->states, state), PyList_GET_ITEM(s->inputs, e),
-        PyList_GET_ITEM(s->outputs, e), NULL);
+    PyObject *argv[3] = {PyList_GET_ITEM(s->states, state), PyList_GET_ITEM(s->inputs, e),
+                         PyList_GET_ITEM(s->outputs, e)};
+    PyObject *res = PyObject_Vectorcall(s->step, argv, 3, NULL);
     if (res == NULL)
         return -3;
     if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
