@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend, key_names
+from lockcheck.backends import Backend, backend, load
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
-from lockcheck.cluster.api import DB, Cluster, LogFiles, capabilities
+from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
 from lockcheck.cluster.state import Registry
@@ -47,9 +47,8 @@ from lockcheck.preflight import debian_packages, require_binaries
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
-from lockcheck.results.report import write_report
 from lockcheck.spec import TestSpec, validate
-from lockcheck.workloads.api import Resource, ResourceContext, Workload
+from lockcheck.workloads.api import KeyPlan, Resource, ResourceContext, Workload, default_keys
 from lockcheck.workloads.registry import workload
 from lockcheck.workloads.worker import WorkerConfig
 
@@ -244,7 +243,9 @@ class Run:
         self.cluster: Cluster | None = None
         self.resource: Resource | None = None
         self.t0 = time.monotonic_ns()
-        self.keys = key_names(self.spec.keys)
+        keys = p.workload.keys
+        self.key_plan: KeyPlan = (load(keys)(p.spec) if keys else default_keys(p.spec.keys))
+        self.keys = self.key_plan.names
         self.test: dict[str, Any] = {}
 
     # -- the order ---------------------------------------------------------------------
@@ -290,6 +291,8 @@ class Run:
         t["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         t["argv"] = sys.argv
         t["checkers"] = list(p.workload.checkers)
+        t["recovery_keys"] = list(self.key_plan.recovery)
+        t["key_params"] = self.key_plan.params
         t["verdict"] = p.workload.verdict
         t["process_stride"] = self.spec.process_stride
         t["recovery_worker"] = self.spec.concurrency
@@ -338,11 +341,7 @@ class Run:
         self.test["versions"] = versions(self.p)  # now the servers can be asked
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
-        setup = self.p.backend.options.get("setup")
-        if setup:  # a backend's one-off preparation (a table, say), run from here
-            from lockcheck.backends import load
-
-            load(str(setup))(self.p.db.client_config(), self.spec)
+        self.p.backend.prepare(self.p.db, self.spec)
 
     def stop_db(self) -> list[str]:
         problems = self.fetch_logs()
@@ -368,13 +367,20 @@ class Run:
         w = self.p.workload
         if w.resource is None:
             return
-        from lockcheck.backends import load
-
         assert self.cluster is not None
+        host = self.cluster.clients[0]
         ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
-                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra)
+                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
+                              keys=self.keys, clients=self.spec.concurrency + 1,
+                              host=host if isinstance(host, Node) else None,
+                              record=self.record)
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
+
+    def record(self, op: dict[str, Any]) -> None:
+        """A record of the controller's own (a fault, a resource's final state)."""
+        self.writer.append({"time": time.monotonic_ns() - self.t0, "key": None,
+                            "value": None, **op})
 
     def worker_config(self, index: int, **kw: Any) -> WorkerConfig:
         spec = self.spec
@@ -383,12 +389,15 @@ class Run:
             workload=spec.workload, client_config=self.p.db.client_config(), keys=self.keys,
             ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
-            resource=self.resource.worker_config() if self.resource else None, **kw)
+            resource=self.resource.worker_config() if self.resource else None,
+            recovery_keys=self.key_plan.recovery, key_params=self.key_plan.params, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
         d = host.spawn(f"worker-{index}",
-                       [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
+                       # -P: the controller's working directory must not shadow the
+                       # installed lockcheck (a checkout of another version, say)
+                       [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return WorkerHandle(index, host.name, d, self.writer,
@@ -409,8 +418,7 @@ class Run:
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
-            self.writer.append({"time": time.monotonic_ns() - self.t0, "process": "nemesis",
-                                "type": type_, "f": f, "key": None, "value": value})
+            self.record({"process": "nemesis", "type": type_, "f": f, "value": value})
 
         quiet = min(spec.quiet, spec.time_limit / 4)
         self.schedule = NemesisSchedule(
@@ -515,6 +523,8 @@ class Run:
         store.write_json(self.run_dir / store.RESULTS, results)
         report = None
         try:  # the evidence is on disk already: a report that fails loses nothing
+            from lockcheck.results.report import write_report  # matplotlib: only now
+
             report = write_report(self.run_dir, results=results, ops=read.ops)
         except Exception as e:
             log.exception("report failed")
