@@ -415,7 +415,10 @@ def cluster_up(**o: Any) -> int:
 
 
 @cluster.command("down")
-def cluster_down() -> int:
+@click.option("--forget", "forget", multiple=True, metavar="RUN_ID",
+              help="Drop this run's registry entry without cleaning it (its hosts are "
+                   "gone for good: an ssh host that no longer exists).")
+def cluster_down(forget: tuple[str, ...]) -> int:
     """Remove every lockcheck cluster, and the leftovers of killed runs."""
     from lockcheck.cluster.providers import PROVIDERS
     from lockcheck.cluster.state import Registry
@@ -423,6 +426,16 @@ def cluster_down() -> int:
 
     if not is_root():
         raise BadInput("lockcheck cluster down needs root")
+    known = {s.run_id: s for s in Registry().all()}
+    for rid in forget:
+        st = known.get(rid)
+        if st is None:
+            raise BadInput(f"--forget {rid}: no such run in the registry")
+        if st.kind == "test" and st.owner_alive():
+            raise BadInput(f"--forget {rid}: that test is still running")
+    for rid in forget:
+        Registry().remove(rid)
+        click.echo(f"forgot {rid}: whatever it left on its nodes stays there")
     live = [s for s in Registry().all() if s.kind == "test" and s.owner_alive()]
     cleaned: list[str] = []
     problems: list[str] = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import os
 import shlex
 import threading
@@ -59,6 +60,8 @@ from lockcheck.errors import BadInput
 if TYPE_CHECKING:
     from lockcheck.cluster.providers import ClusterRequest, Provider
     from lockcheck.spec import TestSpec
+
+log = logging.getLogger("lockcheck")
 
 RUN_ROOT = "/var/tmp"  # a host's run folder: /var/tmp/lockcheck-<run id>
 BASE_PACKAGES = ("iptables", "procps", "util-linux", "coreutils", "libfaketime")
@@ -522,7 +525,8 @@ def remove_run(state: RunState, registry: Registry,
         registry.save(state)
         raise RuntimeError("could not clean " + "; ".join(f"{n}: {w}" for n, w in
                                                            failed.items())
-                           + " (lockcheck cluster down tries again)")
+                           + f" (lockcheck cluster down tries again; --forget {state.run_id} "
+                             "drops it)")
 
 
 # -- the provider ----------------------------------------------------------------------
@@ -551,9 +555,12 @@ def reap(registry: Registry) -> list[str]:
     for st in _runs(registry):
         if st.owner_alive() or st.kind == "cluster":
             continue
-        with contextlib.suppress(RuntimeError):  # unreachable: kept for the next try
+        try:
             remove_run(st, registry)
             cleaned.append(st.run_id)
+        except RuntimeError as e:  # a host out of reach: kept for the next try
+            log.warning("dead run %s not cleaned: %s (lockcheck cluster down --forget "
+                        "%s drops it)", st.run_id, e, st.run_id)
     return cleaned
 
 

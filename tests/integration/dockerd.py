@@ -57,6 +57,7 @@ def install_packages() -> str | None:
     missing = missing_packages()
     if not missing:
         return None
+    had_group = subprocess.run(["getent", "group", "docker"], capture_output=True).returncode == 0
     made = not Path("/usr/sbin/policy-rc.d").exists()
     try:
         if made:
@@ -78,6 +79,9 @@ def install_packages() -> str | None:
     finally:
         if made:
             Path("/usr/sbin/policy-rc.d").unlink(missing_ok=True)
+        # the package makes a `docker` group; our daemon does not use it (--group root)
+        if not had_group:
+            subprocess.run(["groupdel", "docker"], capture_output=True)
     return None
 
 

@@ -249,3 +249,30 @@ def test_status_and_a_cluster_left_up(cli: Any, hosts: StandIns) -> None:
     assert down.code == 0 and rid in down.stdout, down.explain()
     assert hosts.leftovers(rid) == []
     cli.assert_no_leftovers(rid)
+
+
+def test_a_host_gone_for_good_is_reported_then_forgotten(cli: Any, hosts: StandIns) -> None:
+    """A kept cluster whose host cannot be reached stays registered (and says so) until
+    `cluster down --forget` drops it."""
+    from lockcheck.cluster.state import RunState
+
+    assert hosts.subnet is not None
+    nobody = str(hosts.subnet.network_address + 99)  # nothing answers there
+    rid = "f0f0f0"
+    reg = Registry(DEFAULT_STATE_DIR)
+    reg.save(RunState(rid, "cluster", 1, None, "", "", f"/tmp/lockcheck-{rid}",
+                      provider="ssh", remote={
+                          "known_hosts": str(hosts.known_hosts()),
+                          "run_dir": f"/var/tmp/lockcheck-{rid}", "chain": f"lc-{rid}",
+                          "hosts": {"n1": {"name": "n1", "address": nobody, "port": SSH_PORT,
+                                           "user": "root", "key": str(hosts.key),
+                                           "sudo": False, "pids": []}}}))
+    try:
+        r = cli("cluster", "down", timeout=120)
+        assert r.code == 254 and "could not clean n1" in r.stderr, r.explain()
+        assert rid in {s.run_id for s in reg.all()}
+        r = cli("cluster", "down", "--forget", rid, timeout=120)
+        assert r.code == 0 and f"forgot {rid}" in r.stdout, r.explain()
+        assert rid not in {s.run_id for s in reg.all()}
+    finally:
+        reg.remove(rid)
