@@ -235,6 +235,21 @@ def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> N
     assert not (DEFAULT_STATE_DIR / f"{trace.run_id}.remote").exists()
 
 
+def test_ctrl_c_heals_and_removes_everything(cli: Any, hosts: StandIns) -> None:
+    nodes = hosts.nodes_file(clients=10, name="ctrl-c.json")
+    p = cli.start("test", "--provider", "ssh", "--nodes-file", nodes, "--backend", "redis",
+                  "--nodes", "3", "--nemesis", "partition,kill", "--time-limit", "60",
+                  "--nemesis-interval", "0.5")
+    trace = p.wait_running(timeout=90)
+    time.sleep(3)  # faults are under way
+    p.signal(signal.SIGINT)
+    r = p.wait(timeout=120)
+    assert r.code == 130, r.explain()
+    assert "interrupted: faults healed, cluster removed" in r.stderr
+    assert hosts.leftovers(trace.run_id) == [], hosts.leftovers(trace.run_id)
+    cli.assert_no_leftovers(trace.run_id)
+
+
 def test_status_and_a_cluster_left_up(cli: Any, hosts: StandIns) -> None:
     nodes = hosts.nodes_file(clients=None, name="kept.json")
     r = cli("cluster", "up", "--provider", "ssh", "--nodes-file", nodes, "--nodes", "2",
