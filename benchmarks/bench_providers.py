@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_slice import loadavg, table  # noqa: E402
+from bench_slice import loadavg, table, up_down  # noqa: E402
 
 PROVIDERS = ("local", "docker", "ssh")
 SCENARIOS = (("redis", ["--backend", "redis", "--nemesis", "kill"]),
@@ -83,17 +83,7 @@ def cycle(provider: str, backend: str, nodes: int, options: dict[str, str]) -> t
                             provider_options=opts))
     c = find(provider).make(ClusterRequest(nodes=nodes, clients=10, registry=Registry(),
                                            options=opts, packages=debian_packages(b.binaries)))
-    t0 = time.perf_counter()
-    try:
-        c.up()
-        db.setup(c)
-        t_up = time.perf_counter() - t0
-    finally:
-        t1 = time.perf_counter()
-        db.teardown()
-        c.down()
-        t_down = time.perf_counter() - t1
-    return t_up, t_down
+    return up_down(c, db)
 
 
 def bench_cluster(repeat: int, options: dict[str, str]) -> list[tuple[Any, ...]]:

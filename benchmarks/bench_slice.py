@@ -68,7 +68,11 @@ def cluster_cycle(backend: str, n_nodes: int, n_clients: int) -> tuple[float, fl
     from lockcheck.spec import TestSpec
 
     db = BACKENDS[backend].make_db(TestSpec(backend=backend, nodes=n_nodes, nemesis=()))
-    c = LocalCluster(n_nodes, n_clients, Registry(), kind="test")
+    return up_down(LocalCluster(n_nodes, n_clients, Registry(), kind="test"), db)
+
+
+def up_down(c: Any, db: Any) -> tuple[float, float]:
+    """(seconds until `db` serves on cluster `c`, seconds to stop it and remove `c`)."""
     t0 = time.perf_counter()
     try:
         c.up()

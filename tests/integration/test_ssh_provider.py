@@ -214,12 +214,17 @@ def test_block_cuts_real_traffic_and_heal_restores_it(hosts: StandIns) -> None:
     assert hosts.leftovers(c.run_id) == []
 
 
-def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> None:
-    nodes = hosts.nodes_file(clients=10, name="killed.json")
+def long_run(cli: Any, hosts: StandIns, name: str, nemesis: str) -> tuple[Any, Any]:
+    """A 60 s run with frequent faults, started and running: (process, trace)."""
+    nodes = hosts.nodes_file(clients=10, name=name)
     p = cli.start("test", "--provider", "ssh", "--nodes-file", nodes, "--backend", "redis",
-                  "--nodes", "3", "--nemesis", "partition", "--time-limit", "60",
-                  "--nemesis-interval", "1")
-    trace = p.wait_running(timeout=90)
+                  "--nodes", "3", "--nemesis", nemesis, "--time-limit", "60",
+                  "--nemesis-interval", "0.5")
+    return p, p.wait_running(timeout=90)
+
+
+def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> None:
+    p, trace = long_run(cli, hosts, "killed.json", "partition")
     deadline = time.monotonic() + 30
     while not any(hosts.processes(h) for h in hosts.hosts) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -236,11 +241,7 @@ def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> N
 
 
 def test_ctrl_c_heals_and_removes_everything(cli: Any, hosts: StandIns) -> None:
-    nodes = hosts.nodes_file(clients=10, name="ctrl-c.json")
-    p = cli.start("test", "--provider", "ssh", "--nodes-file", nodes, "--backend", "redis",
-                  "--nodes", "3", "--nemesis", "partition,kill", "--time-limit", "60",
-                  "--nemesis-interval", "0.5")
-    trace = p.wait_running(timeout=90)
+    p, trace = long_run(cli, hosts, "ctrl-c.json", "partition,kill")
     time.sleep(3)  # faults are under way
     p.signal(signal.SIGINT)
     r = p.wait(timeout=120)
