@@ -14,6 +14,9 @@ INSTALL = {
     "ip": "apt-get install -y iproute2",
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
+    "java": "apt-get install -y zookeeper",
+    "/usr/share/java/zookeeper.jar": "apt-get install -y zookeeper",
+    "/usr/share/java/slf4j-simple.jar": "apt-get install -y libslf4j-java",
 }
 
 
@@ -23,6 +26,13 @@ class Finding:
     ok: bool
     detail: str
     fix: str = ""
+
+
+def find(binary: str) -> str | None:
+    """A program on PATH, or a file given by its absolute path (a jar)."""
+    if binary.startswith("/"):
+        return binary if os.path.isfile(binary) else None
+    return shutil.which(binary)
 
 
 def is_root() -> bool:
@@ -55,7 +65,7 @@ def doctor() -> list[Finding]:
         for binary in b.binaries:
             needed.setdefault(binary, []).append(b.name)
     for binary, users in needed.items():
-        path = shutil.which(binary)
+        path = find(binary)
         detail = (path or "not found") + f" (for {', '.join(users)})"
         out.append(Finding(binary, path is not None, detail,
                            INSTALL.get(binary, "scripts/install")))
@@ -65,6 +75,6 @@ def doctor() -> list[Finding]:
 def require_binaries(binaries: Sequence[str]) -> None:
     """Raise BadInput with one clear line for the first server program that is missing."""
     for b in binaries:
-        if shutil.which(b) is None:
+        if find(b) is None:
             how = INSTALL.get(b, "scripts/install")
             raise BadInput(f"{b} not found; install it with: {how}")
