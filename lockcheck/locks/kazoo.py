@@ -337,14 +337,14 @@ class KazooLockClient:
         with self._mu:
             self.held.pop(lease.token)
         path = self.path(lease.key)
+        # No "not connected" short cut here: while kazoo reconnects, the delete waits in
+        # its queue and goes out on the same session, so it may still take effect
         try:
-            self._require_connected()
             with self.deadline.of(self.op_timeout_s), mapped_errors():
                 self.zk.delete(f"{path}/{lease.token}")
-        except NotOwner:
-            raise
-        except (Definite, Indefinite):
-            # the znode may outlive this release (the session may survive): delete it later
+        except Indefinite:
+            # it may never arrive (dropped with the connection) while the session
+            # lives on: make sure before the next acquire
             self.leftovers.append(Leftover(path, lease.token))
             raise
 
