@@ -32,6 +32,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from lockcheck.cluster.node import pid_state
 from lockcheck.cluster.zookeeper import (
     ZOOKEEPER_JAR,
     Timing,
@@ -329,6 +330,7 @@ class Standalone:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         self.popen.send_signal(signal.SIGSTOP)
+        assert wait_for(lambda: pid_state(self.popen.pid) == "T"), "SIGSTOP not delivered"
         try:
             yield
         finally:
