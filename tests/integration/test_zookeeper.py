@@ -159,7 +159,8 @@ def test_the_minority_side_of_a_partition_never_grants(runs: dict[str, Any]) -> 
     nem = [o for o in ops if o.process == "nemesis"]
     starts = [o for o in nem if o.f == "start-partition" and o.type == "info"]
     assert starts, "no partition was started"
-    acquires = [p for p in pair_ops(ops) if p.invoke.f == "acquire" and p.complete is not None]
+    acquires = [(p.invoke, p.complete) for p in pair_ops(ops)
+                if p.invoke.f == "acquire" and p.complete is not None]
     tried = 0
     for start in starts:
         heal = next(o for o in nem if o.f == "stop-partition" and o.time > start.time)
@@ -167,9 +168,9 @@ def test_the_minority_side_of_a_partition_never_grants(runs: dict[str, Any]) -> 
         minority = min(a, b, key=lambda side: sum(h.startswith("n") for h in side))
         workers = {int(h[1:]) for h in minority if h.startswith("c")}
         # sent after every drop rule was in place, answered before the heal began
-        inside = [p for p in acquires if p.invoke.worker in workers
-                  and p.invoke.time > start.time and p.complete.time < heal.time]
+        inside = [(i, c) for i, c in acquires if i.worker in workers
+                  and i.time > start.time and c.time < heal.time]
         tried += len(inside)
-        assert not [p for p in inside if p.complete.type == "ok"], start.value
+        assert not [i for i, c in inside if c.type == "ok"], start.value
     assert tried > 0, "no client on a minority side tried to take a lock"
     assert res["recovery"]["valid"] is True
