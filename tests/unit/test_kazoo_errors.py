@@ -196,13 +196,14 @@ def connect_response(session_id: int = 0x1234) -> bytes:
 
 PING_XID = -2
 Behaviour = Callable[[socket.socket, int], bool]  # (conn, xid) -> keep serving?
+EXISTS = 3  # ZooKeeper's opcode
 
 
 @contextlib.contextmanager
 def fake_zookeeper(after_handshake: Behaviour | None, seen: list[int]) -> Iterator[int]:
     """Answers the session handshake (unless `after_handshake` is None: then it never
-    answers anything) and pings; every other request's xid goes to `seen` and to
-    `after_handshake`."""
+    answers anything) and pings; every other request's opcode goes to `seen`, and its
+    xid to `after_handshake`."""
     stop = threading.Event()
 
     class Handler(socketserver.BaseRequestHandler):
@@ -214,11 +215,11 @@ def fake_zookeeper(after_handshake: Behaviour | None, seen: list[int]) -> Iterat
                     return
                 c.sendall(connect_response())
                 while not stop.is_set() and (body := read_frame(c)) is not None:
-                    (xid,) = struct.unpack_from("!i", body)
+                    xid, opcode = struct.unpack_from("!ii", body)
                     if xid == PING_XID:
                         c.sendall(frame(struct.pack("!iqi", PING_XID, 0, 0)))
                     else:
-                        seen.append(xid)
+                        seen.append(opcode)
                         if not after_handshake(c, xid):
                             return
 
@@ -274,15 +275,42 @@ def test_a_server_that_never_finishes_the_handshake_is_definite() -> None:
 
 def test_no_reply_after_sending_is_indefinite_and_in_time() -> None:
     seen: list[int] = []
-    with fake_zookeeper(lambda c, xid: True, seen) as port, closing(client(port)) as c:
-        t0 = time.monotonic()
-        with pytest.raises(Indefinite) as ei:
+    raised: list[BaseException] = []
+
+    def acquire(c: KazooLockClient) -> None:
+        try:
             c.acquire("k0")
+        except BaseException as e:
+            raised.append(e)
+
+    with fake_zookeeper(lambda c, xid: True, seen) as port, closing(client(port)) as c:
+        # in a thread: without our deadline kazoo would wait here forever
+        t = threading.Thread(target=acquire, args=(c,), daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        t.join(OP_TIMEOUT_S + 2.0)
         elapsed = time.monotonic() - t0
-        assert str(ei.value) == "timeout"
-        assert seen, "the request never reached the server"
+        assert not t.is_alive(), "acquire did not return"
         assert elapsed < OP_TIMEOUT_S + 0.1, elapsed
+        assert len(raised) == 1 and isinstance(raised[0], Indefinite), raised
+        assert str(raised[0]) == "timeout"
+        assert seen, "the request never reached the server"
         assert c.leftovers, "a contender that may exist must be remembered"
+
+
+def test_the_recipe_does_not_retry() -> None:
+    """kazoo's Lock retries "retryable" errors until its deadline and then reports "not
+    acquired": an error would be recorded as busy. Ours sends once and says what came."""
+    def operation_timeout(c: socket.socket, xid: int) -> bool:
+        c.sendall(frame(struct.pack("!iqi", xid, 0, kex.OperationTimeoutError.code)))
+        return True
+
+    seen: list[int] = []
+    with fake_zookeeper(operation_timeout, seen) as port, closing(client(port)) as c, \
+            pytest.raises(Indefinite) as ei:
+        c.acquire("k0")
+    assert str(ei.value) == "connection lost"
+    assert seen.count(EXISTS) == 1, seen  # the recipe's first request, sent once
 
 
 def test_connection_closed_after_sending_is_indefinite() -> None:
