@@ -75,7 +75,7 @@ def _zookeeper(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="zookeeper", db="lockcheck.cluster.zookeeper:ZooKeeperDB",
         client="lockcheck.locks.kazoo:make_clients", library="kazoo", default_nodes=3,
-        binaries=("java", "/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"),
+        binaries=("java",),  # the zookeeper package brings it and the jars (checked at setup)
         fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")
     return Backend(**{**base, **kw})
 

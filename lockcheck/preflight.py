@@ -15,8 +15,6 @@ INSTALL = {
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
     "java": "apt-get install -y zookeeper",
-    "/usr/share/java/zookeeper.jar": "apt-get install -y zookeeper",
-    "/usr/share/java/slf4j-simple.jar": "apt-get install -y libslf4j-java",
 }
 
 
@@ -26,13 +24,6 @@ class Finding:
     ok: bool
     detail: str
     fix: str = ""
-
-
-def find(binary: str) -> str | None:
-    """A program on PATH, or a file given by its absolute path (a jar)."""
-    if binary.startswith("/"):
-        return binary if os.path.isfile(binary) else None
-    return shutil.which(binary)
 
 
 def is_root() -> bool:
@@ -65,7 +56,7 @@ def doctor() -> list[Finding]:
         for binary in b.binaries:
             needed.setdefault(binary, []).append(b.name)
     for binary, users in needed.items():
-        path = find(binary)
+        path = shutil.which(binary)
         detail = (path or "not found") + f" (for {', '.join(users)})"
         out.append(Finding(binary, path is not None, detail,
                            INSTALL.get(binary, "scripts/install")))
@@ -75,6 +66,6 @@ def doctor() -> list[Finding]:
 def require_binaries(binaries: Sequence[str]) -> None:
     """Raise BadInput with one clear line for the first server program that is missing."""
     for b in binaries:
-        if find(b) is None:
+        if shutil.which(b) is None:
             how = INSTALL.get(b, "scripts/install")
             raise BadInput(f"{b} not found; install it with: {how}")

@@ -35,6 +35,7 @@ from typing import Any
 
 from lockcheck.cluster.api import Cluster, Daemon, Node
 from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
+from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # its manifest pulls in the rest
@@ -211,6 +212,9 @@ class ZooKeeperDB:
         self.servers: dict[str, ZooKeeperServer] = {}
 
     def setup(self, cluster: Cluster) -> None:
+        for jar in (ZOOKEEPER_JAR, SLF4J_JAR):
+            if not jar.is_file():
+                raise BadInput(f"{jar} not found; install it with: apt-get install -y zookeeper")
         nodes = list(cluster.nodes)
         self.servers = {n.name: ZooKeeperServer(n, i) for i, n in enumerate(nodes, start=1)}
         members = [n.address for n in nodes]
