@@ -70,6 +70,24 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _redlock(**kw: Any) -> Backend:
+    """Redlock backends: pottery's Redlock over N independent Redis masters."""
+    base: dict[str, Any] = dict(
+        family="redlock", db="lockcheck.cluster.redis:RedisDB",
+        client="lockcheck.locks.redlock:make_clients", library="pottery",
+        binaries=("redis-server",), default_nodes=5, min_nodes=3)
+    return Backend(**{**base, **kw})
+
+
+def _etcd(**kw: Any) -> Backend:
+    """etcd 3.4 backends: our client of etcd's v3lock service over the JSON gateway."""
+    base: dict[str, Any] = dict(
+        family="etcd", db="lockcheck.cluster.etcd:EtcdDB",
+        client="lockcheck.locks.etcd:make_clients", library="requests",
+        binaries=("etcd",), default_nodes=3)
+    return Backend(**{**base, **kw})
+
+
 def _zookeeper(**kw: Any) -> Backend:
     """A ZooKeeper ensemble with kazoo's Lock recipe, one session per worker."""
     base: dict[str, Any] = dict(
@@ -90,6 +108,86 @@ BACKENDS: dict[str, Backend] = {
             fence="INCR of a per-name counter in the same Lua script as the grant",
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
+        ),
+        _redis(
+            name="redis-get-del",
+            description="single-instance Redis, released by GET, a compare in the client, "
+                        "then DEL: two commands, no Lua",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a holder paused between its GET and its DEL deletes the next holder's "
+                   "lock (client-pause): another client is granted it while that holder's "
+                   "lease is valid",
+            options={"release": "get-del"}, unsafe=True,
+        ),
+        _redis(
+            name="redis-no-ttl",
+            description="single-instance Redis, SET NX without PX (redis-py's default "
+                        "timeout=None); renewal only confirms ownership",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a paused holder keeps the lock (no overlap under client-pause), but a "
+                   "lost release or an acquire whose reply was lost (partition) leaves the "
+                   "lock held forever: the recovery phase fails",
+            options={"ttl": False}, unsafe=True,
+        ),
+        _redlock(
+            name="redlock",
+            description="Redlock on N independent masters: pottery Redlock (SET NX PX on a "
+                        "quorum, validity = TTL - elapsed - drift), per-master timeouts, "
+                        "no retries",
+            fence=None,
+            expect="a paused holder overlaps the next (client-pause); a majority of masters "
+                   "restarted empty inside one TTL grants twice (kill --kill-targets "
+                   "majority), not with --restart-delay-ms above the TTL",
+        ),
+        _redlock(
+            name="redlock-fenced",
+            description="redlock plus a fence from pottery NextID (a quorum counter on the "
+                        "same masters), taken right after each grant",
+            fence="pottery NextID over the same masters (in memory: masters restarted "
+                  "empty make it go back)",
+            expect="with the fenced workload the resource rejects a paused holder's stale "
+                   "write (client-pause); a majority restarted empty makes fences regress",
+            options={"fence": "nextid"},
+        ),
+        _etcd(
+            name="etcd",
+            description="etcd 3.4 cluster: v3lock (the server-side Mutex recipe) over the "
+                        "JSON gateway with a lease per grant, renewed by keepalive, released "
+                        "by revoke; a watcher thread reports a lost lease",
+            fence="create_revision of the lock key (cluster-wide monotonic, one per grant)",
+            expect="safe under partition, kill and pause; a holder paused past its lease "
+                   "(client-pause) gives overlapping holders, which the fence stops at "
+                   "the resource",
+        ),
+        _etcd(
+            name="etcd-lease-fence",
+            description="etcd as above, but the lease ID is used as the fence (etcd's own "
+                        "contrib/lock example); workers start on different members",
+            fence="lease ID (high bits: the member that granted it; not monotonic)",
+            expect="fences go backwards across members even without faults: the fencing "
+                   "checker reports regressions and the fenced resource refuses current "
+                   "holders",
+            options={"fence": "lease"}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd-no-keepalive",
+            description="etcd as above, but nothing keeps the lease alive: renew() only "
+                        "extends the client's own belief (a keepalive thread that died "
+                        "silently)",
+            fence="create_revision of the lock key",
+            expect="a critical section longer than the lease (--hold-ms above 2 s) overlaps "
+                   "the next holder with no fault at all",
+            options={"keepalive": False}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd3gw-with",
+            description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
+                        "`with`, which enters whether or not acquire() got the lock",
+            client="lockcheck.locks.etcd3gw_lock:make_clients", library="etcd3gw",
+            fence=None,
+            expect="overlapping holders with no fault at all: every contended acquire "
+                   "enters the critical section; the release then says not-owner",
+            unsafe=True,
         ),
         _zookeeper(
             name="zookeeper",

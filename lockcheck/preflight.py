@@ -14,6 +14,7 @@ INSTALL = {
     "ip": "apt-get install -y iproute2",
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
+    "etcd": "apt-get install -y etcd-server",
     "java": "apt-get install -y zookeeper",
 }
 

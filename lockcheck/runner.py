@@ -38,13 +38,16 @@ from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
+from lockcheck.interrupts import sigterm_as_interrupt
 from lockcheck.nemesis.api import Nemesis, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import require_binaries
 from lockcheck.results import store
-from lockcheck.results.progress import LiveStats, Progress, summary_table, verdict_word
+from lockcheck.results.display import RunStatus, make_run_display, render_summary
+from lockcheck.results.progress import LiveStats
+from lockcheck.results.report import write_report
 from lockcheck.spec import TestSpec, validate
 from lockcheck.workloads.api import Resource, ResourceContext, Workload
 from lockcheck.workloads.registry import workload
@@ -80,28 +83,15 @@ def plan(spec: TestSpec) -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
+    db = b.make_db(spec)  # inert until setup: it only answers what it can do
+    check_supported(spec.nemesis, db, b.name)
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
     require_binaries(b.binaries)
-    db = b.make_db(spec)
-    check_supported(spec.nemesis, db, b.name)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     return Plan(spec, b, w, p, db)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path, so a killed run still tears down."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager
@@ -236,7 +226,9 @@ class Run:
         self.writer = HistoryWriter(run_dir / store.HISTORY)
         self.stats = LiveStats()
         self.holders = Holders()
-        self.progress = Progress(out)
+        self.display = make_run_display(out, p.spec.name)
+        self.started = time.monotonic()
+        self.phase = "setup"
         self.teardown = Teardown()
         self.errors: list[str] = []
         self.workers: list[WorkerHandle] = []
@@ -275,7 +267,7 @@ class Run:
             log.exception("run failed")
             failure = f"{type(e).__name__}: {e}"
         finally:
-            self.progress.done()
+            self.show("teardown", force=True)
             with no_interrupts():
                 self.errors += self.teardown.run()
         if interrupted:
@@ -400,7 +392,7 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now)
+                         holders=self.holders.now, next_exit=self.holders.next_exit)
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
@@ -418,12 +410,17 @@ class Run:
     def heal(self) -> list[str]:
         return self.schedule.finish() if self.schedule is not None else []
 
-    def status(self, elapsed: float) -> str:
+    def show(self, phase: str | None = None, *, force: bool = False) -> None:
+        """The live status line (or panel, on a terminal)."""
+        if phase is not None:
+            force = force or phase != self.phase
+            self.phase = phase
         s = self.schedule
-        active = ", ".join(s.describe_active()) if s is not None else ""
-        return (f"[{elapsed:5.1f}s/{self.spec.time_limit:g}s] ops {self.stats.ops} | "
-                f"faults {s.faults if s else 0} (active: {active or 'none'}) | "
-                f"violations so far {self.stats.violations}")
+        self.display.update(RunStatus(
+            elapsed_s=time.monotonic() - self.started, time_limit_s=self.spec.time_limit,
+            phase=self.phase, ops=self.stats.ops, by_type=dict(self.stats.by_type),
+            faults=s.faults if s else 0, active=s.describe_active() if s else (),
+            violations=self.stats.violations, saves=self.stats.saves), force=force)
 
     def run_phases(self) -> None:
         """Faults while it runs; every fault healed for the quiet phase at the end."""
@@ -431,9 +428,10 @@ class Run:
         start = time.monotonic()
         end = start + spec.time_limit
         quiet_from = end - min(spec.quiet, spec.time_limit / 4)
+        self.started = start
         healed = False
         while (now := time.monotonic()) < end:
-            self.progress.update(self.status(now - start))
+            self.show("quiet" if healed else "running")
             if now >= quiet_from and not healed:
                 self.errors += self.heal()  # heal before the quiet phase
                 healed = True
@@ -444,7 +442,7 @@ class Run:
                 self.errors.append("every worker exited early; see workers/*.log")
                 break
             time.sleep(0.1)
-        self.progress.update(self.status(time.monotonic() - start), force=True)
+        self.show(force=True)
 
     def stop_workers(self) -> None:
         """Workers finish their critical section and release; then they must be gone."""
@@ -469,8 +467,7 @@ class Run:
         w = self.spawn_worker(spec.concurrency, host, cfg, "recovery")
         self.recovery_worker = w
         self.teardown.push("stop the recovery worker", w.daemon.kill)
-        self.progress.update(f"recovery: taking each of {spec.keys} lock(s) once "
-                             f"(up to {spec.recover_timeout_s:g}s)", force=True)
+        self.show("recovery")
         if not w.daemon.wait(spec.recover_timeout_s + spec.op_timeout_s * 2 + 5.0):
             w.daemon.kill()
         w.thread.join(timeout=5)
@@ -479,8 +476,12 @@ class Run:
 
     def finish(self, interrupted: bool, failure: str | None) -> RunOutcome:
         spec, out = self.spec, self.out
-        read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
-        results = analyze(read.ops, self.test)
+        self.show("checking", force=True)
+        try:
+            read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
+            results = analyze(read.ops, self.test)
+        finally:
+            self.display.close()
         for w in [*self.workers, *([self.recovery_worker] if self.recovery_worker else [])]:
             self.errors += w.exit_problem()
         if self.recovery_worker is not None:
@@ -499,15 +500,23 @@ class Run:
                             "faults": self.schedule.faults if self.schedule else 0,
                             "saves": self.stats.saves}
         store.write_json(self.run_dir / store.RESULTS, results)
+        report = None
+        try:  # the evidence is on disk already: a report that fails loses nothing
+            report = write_report(self.run_dir, results=results, ops=read.ops)
+        except Exception as e:
+            log.exception("report failed")
+            self.errors.append(f"report.html not written: {type(e).__name__}: {e}")
+            store.write_json(self.run_dir / store.RESULTS, results)
         bt = self.stats.by_type
         out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
                   f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
                   f"{results['stats']['faults']} fault(s) injected\n\n")
-        out.write(summary_table(results) + "\n\n")
         if "recovery" in results:
             out.write(f"recovery: {results['recovery']['summary']}\n")
-        out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
+        render_summary(results, out)
         out.write(f"results: {self.run_dir}\n")
+        if report is not None:
+            out.write(f"report: {report}\n")
         if spec.leave_running and not interrupted and self.cluster is not None:
             where = ", ".join(f"{n} {d.get('address')}:{d.get('port')}"
                               for n, d in self.p.db.describe().items())

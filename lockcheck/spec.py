@@ -8,6 +8,9 @@ from typing import Any, ClassVar
 from lockcheck.errors import BadInput
 
 RESOURCES = ("fenced", "unfenced")
+# which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
+KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all")
+PAUSE_AT = ("section", "release")  # where client-pause stops a holder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +29,9 @@ class TestSpec:
     hold_ms: tuple[int, int] = (50, 500)
     nemesis_interval: float = 3.0
     restart_delay: float = 0.1
+    kill_targets: str = "one-or-minority"
     pause_ms: int | None = None  # client-pause: default 2x TTL
+    pause_at: str = "section"
     quiet: float = 5.0  # final phase with every fault healed
     recover_s: float | None = None  # final check that every lock can be taken again
     resource: str = "fenced"
@@ -106,6 +111,11 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--nemesis-interval must be positive")
     if spec.pause_ms is not None and spec.pause_ms < 1:
         raise BadInput("--pause-ms must be at least 1")
+    if spec.pause_at not in PAUSE_AT:
+        raise BadInput(f"unknown --pause-at {spec.pause_at!r}; choose from {', '.join(PAUSE_AT)}")
+    if spec.kill_targets not in KILL_TARGETS:
+        raise BadInput(f"unknown --kill-targets {spec.kill_targets!r}; choose from "
+                       f"{', '.join(KILL_TARGETS)}")
     if spec.restart_delay < 0:
         raise BadInput("--restart-delay-ms must not be negative")
     if spec.nodes > prov.max_nodes:

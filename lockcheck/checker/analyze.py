@@ -30,6 +30,7 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
     """Run the test's checkers over a history and combine them into one verdict."""
     from lockcheck.checker.registry import CHECKERS, DEFAULT_CHECKERS
     from lockcheck.checker.verdict import run_verdict
+    from lockcheck.results.metrics import safe_metrics
 
     opts = options_for(test, timeout=timeout, html_dir=html_dir)
     names = list(test.get("checkers") or DEFAULT_CHECKERS.get(opts.workload, []))
@@ -42,7 +43,7 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
         # nothing was ever held, so nothing was tested: that is not a pass
         valid, why = "unknown", "no lock was ever acquired: nothing was tested"
     return {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
-            "checkers": results}
+            "checkers": results, "metrics": safe_metrics(ops, test)}
 
 
 def load_test(path: Path) -> dict[str, Any]:

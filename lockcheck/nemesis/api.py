@@ -62,3 +62,5 @@ class RunContext:
     db: DB
     workers: Sequence[WorkerRef]
     holders: Callable[[], list[Holding]]
+    # the next holder to leave its critical section, waiting up to the given seconds
+    next_exit: Callable[[float], Holding | None] | None = None

@@ -78,7 +78,7 @@ def invalid_history(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args", [["--help"], ["-h"], ["test", "--help"], ["check", "--help"],
                                   ["cluster", "--help"], ["cluster", "up", "--help"],
-                                  ["doctor", "--help"]])
+                                  ["doctor", "--help"], ["backends", "--help"]])
 def test_help_exits_0(args: list[str]) -> None:
     r = run(*args)
     assert r.exit_code == 0, r.output
@@ -87,14 +87,15 @@ def test_help_exits_0(args: list[str]) -> None:
 
 def test_top_level_help_lists_the_commands() -> None:
     out = run("--help").stdout
-    for cmd in ("test", "check", "cluster", "doctor"):
+    for cmd in ("test", "check", "cluster", "doctor", "backends"):
         assert f"  {cmd}" in out
 
 
 def test_test_help_documents_the_options() -> None:
     out = run("test", "--help").stdout
     for opt in ("--backend", "--workload", "--nemesis", "--time-limit", "--hold-ms",
-                "--resource", "--results-dir", "--concurrency", "--keys", "--leave-running"):
+                "--resource", "--results-dir", "--concurrency", "--keys", "--leave-running",
+                "--provider", "--pause-ms", "--recover-s"):
         assert opt in out
 
 
@@ -139,6 +140,13 @@ def test_usage_errors_exit_254(args: list[str]) -> None:
     (["--concurrency", "0"], "--concurrency must be at least 1"),
     (["--time-limit", "0"], "--time-limit must be positive"),
     (["--test-count", "0"], "--test-count must be at least 1"),
+    (["--provider", "cloud"], "unknown provider 'cloud'"),
+    (["--pause-ms", "0"], "--pause-ms must be at least 1"),
+    # a fault the backend cannot take is refused before anything starts
+    (["--nemesis", "kill-primary"], "--nemesis kill-primary needs a service that names its "
+                                    "primary or leader; backend redis has none"),
+    (["--nemesis", "partition,failover"], "--nemesis failover needs a service that can fail "
+                                          "over on demand"),
 ])
 def test_test_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
     results = tmp_path / "results"
@@ -318,3 +326,21 @@ def test_cluster_status_with_no_clusters(monkeypatch: pytest.MonkeyPatch,
     r = run("cluster", "status")
     assert r.exit_code == 0
     assert r.stdout.strip() == "no lockcheck clusters"
+
+
+# -- `backends` -----------------------------------------------------------------------
+
+
+def test_backends_lists_every_backend_with_its_faults() -> None:
+    from lockcheck.backends import BACKENDS
+
+    r = run("backends")
+    assert r.exit_code == 0, r.output
+    for name in BACKENDS:
+        assert f"\n{name}: " in r.stdout
+    rows = [json.loads(line) for line in run("backends", "--json").stdout.splitlines()]
+    assert [row["backend"] for row in rows] == list(BACKENDS)
+    redis = next(row for row in rows if row["backend"] == "redis")
+    assert {"partition", "kill", "pause", "client-pause"} <= set(redis["nemeses"])
+    assert "kill-primary" not in redis["nemeses"]  # independent masters have no primary
+    assert redis["fence"] and redis["client"] == "redis" and redis["client_version"][0].isdigit()

@@ -25,25 +25,17 @@ import redis.exceptions as rex
 
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner
 from lockcheck.locks.redis import RedisLockClient, _short, mapped_errors
+from tests.unit.error_kinds import error_kind
 
 # RedisLockClient passes retry_on_timeout=False, which redis-py >= 6 calls deprecated
 pytestmark = pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated")
 
 
-def kind_of(exc: BaseException) -> tuple[str, str]:
-    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised inside."""
-    try:
-        with mapped_errors():
-            raise exc
-    except NotOwner as e:
-        return "NotOwner", str(e)
-    except Definite as e:
-        return "Definite", str(e)
-    except Indefinite as e:
-        return "Indefinite", str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
-    raise AssertionError("unreachable")
+def kind_of(exc: BaseException,
+            mapper: Callable[[], contextlib.AbstractContextManager[None]] = mapped_errors,
+            ) -> tuple[str, str]:
+    """What `mapper()` (redis-py's mapping by default) turns `exc` into."""
+    return error_kind(mapper, exc)
 
 
 # -- part 1: every exception class ------------------------------------------------------

@@ -1,0 +1,336 @@
+"""The worker loop against an in-memory lock service: well-formed histories, renewals,
+retirement after `info`, leases named on every renew and release, the recovery mode.
+
+The service is a dict with TTLs on the monotonic clock, like a single Redis; faults are
+scripted per call ("the next renew times out"), so each rule is tested on purpose.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lockcheck.history import Op, op_from_json
+from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner, lease_deadline
+from lockcheck.workloads import fenced, mutex
+from lockcheck.workloads.worker import CriticalSection, Recorder, Worker, WorkerConfig
+
+TTL_MS = 300
+
+
+class MemoryLocks:
+    """The lock service: key -> (token, expiry in monotonic ns); fences per key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: dict[str, tuple[str, int]] = {}
+        self.fences: dict[str, int] = {}
+
+    def _live(self, key: str, now: int) -> tuple[str, int] | None:
+        h = self.held.get(key)
+        return h if h is not None and h[1] > now else None
+
+    def acquire(self, key: str, token: str, ttl_ms: int) -> int | None:
+        with self.lock:
+            now = time.monotonic_ns()
+            if self._live(key, now) is not None:
+                return None
+            self.held[key] = (token, now + ttl_ms * 1_000_000)
+            self.fences[key] = self.fences.get(key, 0) + 1
+            return self.fences[key]
+
+    def renew(self, key: str, token: str, ttl_ms: int) -> bool:
+        with self.lock:
+            now = time.monotonic_ns()
+            h = self._live(key, now)
+            if h is None or h[0] != token:
+                return False
+            self.held[key] = (token, now + ttl_ms * 1_000_000)
+            return True
+
+    def release(self, key: str, token: str) -> bool:
+        with self.lock:
+            h = self._live(key, time.monotonic_ns())
+            if h is None or h[0] != token:
+                return False
+            del self.held[key]
+            return True
+
+
+class MemoryClient:
+    """A `LockClient` on `MemoryLocks`; `faults[f]` lists what the next calls raise."""
+
+    def __init__(self, service: MemoryLocks, ttl_ms: int = TTL_MS) -> None:
+        self.service, self.ttl_ms = service, ttl_ms
+        self.faults: dict[str, list[BaseException | None]] = {}
+        self.calls: list[str] = []
+
+    def _fault(self, f: str) -> None:
+        self.calls.append(f)
+        pending = self.faults.get(f)
+        if pending:
+            e = pending.pop(0)
+            if e is not None:
+                raise e
+
+    def acquire(self, key: str) -> Lease | None:
+        self._fault("acquire")
+        token = uuid.uuid4().hex
+        t0 = time.monotonic_ns()
+        fence = self.service.acquire(key, token, self.ttl_ms)
+        if fence is None:
+            return None
+        return Lease(key=key, token=token, fence=fence, ttl_ms=self.ttl_ms,
+                     valid_until_ns=lease_deadline(t0, self.ttl_ms, 0.01))
+
+    def renew(self, lease: Lease) -> None:
+        self._fault("renew")
+        t0 = time.monotonic_ns()
+        if not self.service.renew(lease.key, lease.token, self.ttl_ms):
+            raise NotOwner("not-owner")
+        lease.valid_until_ns = lease_deadline(t0, self.ttl_ms, 0.01)
+
+    def release(self, lease: Lease) -> None:
+        self._fault("release")
+        if not self.service.release(lease.key, lease.token):
+            raise NotOwner("not-owner")
+
+    def close(self) -> None:
+        pass
+
+
+class FakeResource:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, int | None, Any]] = []
+        self.fail_next: BaseException | None = None
+
+    def write(self, key: str, fence: int | None, process: Any) -> dict[str, Any]:
+        if self.fail_next is not None:
+            e, self.fail_next = self.fail_next, None
+            raise e
+        self.writes.append((key, fence, process))
+        return {"accepted": True, "seq": len(self.writes), "max_fence": None}
+
+
+def make_worker(client: MemoryClient, *, keys: tuple[str, ...] = ("k0",),
+                hold_ms: tuple[int, int] = (0, 0), body: Callable[..., Any] = mutex.body,
+                resource: Any = None, **cfg: Any) -> tuple[Worker, io.StringIO]:
+    out = io.StringIO()
+    conf = WorkerConfig(worker=2, process_stride=6, backend="redis", workload="mutex",
+                        client_config={}, keys=list(keys), ttl_ms=TTL_MS, hold_ms=hold_ms,
+                        seed=1, t0_ns=time.monotonic_ns(), op_timeout_s=0.05,
+                        backoff_ms=(0, 1), **cfg)
+    return Worker(conf, dict.fromkeys(keys, client), Recorder(out, conf.t0_ns, 2), body,
+                  resource), out
+
+
+def ops_of(out: io.StringIO) -> list[Op]:
+    return [op_from_json({"index": i, **json.loads(line)})
+            for i, line in enumerate(out.getvalue().splitlines())]
+
+
+def well_formed(ops: list[Op]) -> list[str]:
+    """Jepsen's rules: a process has one op in flight, completes it with the same f, and
+    issues nothing after an `info` (events of the section it was in aside)."""
+    problems: list[str] = []
+    open_: dict[Any, Op] = {}
+    retired: set[Any] = set()
+    for o in ops:
+        p = o.process
+        if o.type == "event":
+            continue
+        if p in retired:
+            problems.append(f"op {o.index} by retired process {p}")
+        if o.type == "invoke":
+            if p in open_:
+                problems.append(f"op {o.index}: process {p} has {open_[p].f} in flight")
+            open_[p] = o
+        else:
+            inv = open_.pop(p, None)
+            if inv is None or inv.f != o.f:
+                problems.append(f"op {o.index}: {o.type} {o.f} without its invoke")
+            if o.type == "info":
+                retired.add(p)
+    return problems
+
+
+def test_rounds_are_well_formed_and_name_their_leases() -> None:
+    client = MemoryClient(MemoryLocks())
+    w, out = make_worker(client, hold_ms=(250, 250))
+    for _ in range(3):
+        w.one_round("k0")
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    assert [(o.type, o.f) for o in ops[:3]] == [("invoke", "acquire"), ("ok", "acquire"),
+                                                 ("event", "enter")]
+    by_lease: dict[str, list[Op]] = {}
+    for o in ops:
+        if isinstance(o.value, dict) and "lease" in o.value:
+            by_lease.setdefault(o.value["lease"], []).append(o)
+    assert len(by_lease) == 3  # three grants, each named by its own token
+    named = [o for o in ops if o.f in ("renew", "release", "enter", "exit")]
+    assert named and all(isinstance(o.value, dict) and o.value.get("lease") in by_lease
+                         for o in named), "every renew/release/event names its lease"
+    for lease_ops in by_lease.values():
+        fs = [o.f for o in lease_ops]
+        assert fs[0] == "acquire" and "enter" in fs and "exit" in fs and fs[-1] == "release"
+        assert len({o.value["fence"] for o in lease_ops}) == 1
+    # a 250 ms hold with a 300 ms TTL: renewed every TTL/3 = 100 ms, twice per section
+    renews = [o for o in ops if o.f == "renew" and o.type == "ok"]
+    assert 4 <= len(renews) <= 8, len(renews)
+    assert all(o.process == 2 for o in ops)
+
+
+def test_renewals_keep_a_long_hold_alive() -> None:
+    service = MemoryLocks()
+    client = MemoryClient(service)
+    w, out = make_worker(client, hold_ms=(1000, 1000))  # 3x the TTL
+    assert w.one_round("k0")
+    ops = ops_of(out)
+    exit_ = next(o for o in ops if o.f == "exit")
+    assert exit_.value["reason"] == "done"
+    assert [o.type for o in ops if o.f == "release"] == ["invoke", "ok"]
+
+
+def test_without_renewals_the_client_stops_itself() -> None:
+    """Break the renewals (every one refused as not-owner): the section must end early."""
+    client = MemoryClient(MemoryLocks())
+    client.faults["renew"] = [NotOwner("not-owner")] * 10
+    w, out = make_worker(client, hold_ms=(1000, 1000))
+    t0 = time.monotonic()
+    w.one_round("k0")
+    assert time.monotonic() - t0 < 0.5
+    ops = ops_of(out)
+    assert next(o for o in ops if o.f == "exit").value["reason"] == "not-owner"
+    assert [o.error for o in ops if o.f == "renew" and o.type == "fail"] == ["not-owner"]
+
+
+def test_a_renew_that_failed_for_sure_is_retried_and_the_lease_clock_decides() -> None:
+    client = MemoryClient(MemoryLocks())
+    client.faults["renew"] = [Definite("connection refused")] * 10
+    w, out = make_worker(client, hold_ms=(1000, 1000))
+    w.one_round("k0")
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    assert next(o for o in ops if o.f == "exit").value["reason"] == "lease-expired"
+    assert sum(o.f == "renew" and o.type == "fail" for o in ops) >= 2
+
+
+def test_info_on_renew_retires_and_the_new_process_releases_the_named_lease() -> None:
+    client = MemoryClient(MemoryLocks())
+    client.faults["renew"] = [Indefinite("timeout")]
+    w, out = make_worker(client, hold_ms=(250, 250))
+    w.one_round("k0")
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    acq = next(o for o in ops if o.f == "acquire" and o.type == "ok")
+    info = next(o for o in ops if o.type == "info")
+    assert info.f == "renew" and info.process == 2
+    exit_ = next(o for o in ops if o.f == "exit")
+    assert exit_.process == 2 and exit_.value["reason"] == "indefinite"
+    rel = [o for o in ops if o.f == "release"]
+    assert {o.process for o in rel} == {8}  # 2 + stride 6
+    assert all(o.value["lease"] == acq.value["lease"] for o in rel)
+    assert rel[-1].type == "ok"  # it really was still ours: the release worked
+    assert w.process == 8
+
+
+def test_info_on_acquire_and_release_retire_too() -> None:
+    client = MemoryClient(MemoryLocks())
+    client.faults["acquire"] = [Indefinite("timeout")]
+    client.faults["release"] = [Indefinite("connection lost")]
+    w, out = make_worker(client)
+    assert not w.one_round("k0")
+    assert w.process == 8
+    assert w.one_round("k0")
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    assert [o.process for o in ops if o.type == "info"] == [2, 8]
+    assert w.process == 14
+
+
+def test_busy_and_refused_acquires_are_definite_fails() -> None:
+    service = MemoryLocks()
+    service.acquire("k0", "someone-else", 10_000)
+    client = MemoryClient(service)
+    client.faults["acquire"] = [Definite("connection refused")]
+    w, out = make_worker(client)
+    assert not w.one_round("k0") and not w.one_round("k0")
+    ops = ops_of(out)
+    assert [(o.type, o.error) for o in ops if o.type != "invoke"] == [
+        ("fail", "connection refused"), ("fail", "busy")]
+    assert w.process == 2
+
+
+def test_a_write_that_timed_out_ends_the_section_and_retires() -> None:
+    resource = FakeResource()
+    resource.fail_next = TimeoutError("timed out")
+    client = MemoryClient(MemoryLocks())
+    w, out = make_worker(client, body=fenced.body, resource=resource)
+    w.one_round("k0")
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    assert [(o.type, o.process) for o in ops if o.f == "write"] == [("invoke", 2), ("info", 2)]
+    assert next(o for o in ops if o.f == "exit").value["reason"] == "indefinite"
+    assert {o.process for o in ops if o.f == "release"} == {8}
+
+
+def test_the_fenced_body_writes_its_fence_even_when_its_clock_says_stale() -> None:
+    """The client leaves that decision to the resource (what the fence is for)."""
+    resource = FakeResource()
+    client = MemoryClient(MemoryLocks())
+    w, _ = make_worker(client, body=fenced.body, resource=resource)
+    lease = client.acquire("k0")
+    assert lease is not None
+    lease.valid_until_ns = 0  # the client's own lease clock ran out (a pause, say)
+    section = CriticalSection(w, client, lease)
+    assert section.believes() == "lease-expired"
+    assert fenced.body(section) is None
+    assert resource.writes == [("k0", lease.fence, 2)]
+
+
+@pytest.mark.parametrize("watch_clock", [True, False])
+def test_a_lease_lost_by_the_library_ends_the_section_at_once(watch_clock: bool) -> None:
+    client = MemoryClient(MemoryLocks(), ttl_ms=60_000)  # no renewal falls due meanwhile
+    w, _ = make_worker(client)
+    lease = client.acquire("k0")
+    assert lease is not None
+    section = CriticalSection(w, client, lease)
+    threading.Timer(0.05, lambda: setattr(lease, "lost", True)).start()
+    t0 = time.monotonic()
+    assert section.work(2.0, watch_clock=watch_clock) == "not-owner"
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_recovery_takes_every_lock_once() -> None:
+    service = MemoryLocks()
+    service.acquire("k1", "left-behind", 150)  # a lease a killed worker left: it expires
+    client = MemoryClient(service)
+    w, out = make_worker(client, keys=("k0", "k1", "k2"), mode="recover", recover_s=5.0)
+    w.recover()
+    ops = ops_of(out)
+    assert well_formed(ops) == []
+    granted = [o.key for o in ops if o.f == "acquire" and o.type == "ok"]
+    assert granted == ["k0", "k1", "k2"]
+    assert sum(o.f == "acquire" and o.key == "k1" for o in ops if o.type == "invoke") > 1
+
+
+@pytest.mark.parametrize("mode", ["run", "recover"])
+def test_stopping_ends_the_loop(mode: str) -> None:
+    service = MemoryLocks()
+    service.acquire("k0", "forever", 60_000)
+    client = MemoryClient(service)
+    w, _ = make_worker(client, mode=mode, recover_s=30.0)
+    t = threading.Thread(target=w.recover if mode == "recover" else w.run)
+    t.start()
+    time.sleep(0.1)
+    w.stopping.set()
+    t.join(timeout=2)
+    assert not t.is_alive()
