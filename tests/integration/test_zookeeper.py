@@ -22,6 +22,7 @@ import pytest
 
 from lockcheck.checker.intervals import Section, critical_sections
 from lockcheck.history import Op, pair_ops, read_history
+from tests.integration.test_redlock import run_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -40,13 +41,10 @@ RUNS: dict[str, tuple[str, ...]] = {
 
 
 @pytest.fixture(scope="module")
-def runs(module_cli: Any) -> dict[str, Any]:
-    """Every run of this module, started at once (each has its own cluster)."""
-    started = {name: module_cli.start("test", *args) for name, args in RUNS.items()}
-    done = {name: p.wait(timeout=180) for name, p in started.items()}
-    for r in done.values():
-        assert r.run_dir is not None and r.code in (0, 1), r.explain()
-    return done
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    """Every run of this module, started at once (each has its own cluster); afterwards
+    nothing of them may be left."""
+    yield from run_all(module_cli, RUNS)
 
 
 def ops_of(r: Any) -> list[Op]:

@@ -43,19 +43,12 @@ from lockcheck.cluster.zookeeper import (
 )
 from lockcheck.locks.api import ClientOptions, Definite, Indefinite, Lease, NotOwner
 from lockcheck.locks.kazoo import KazooLockClient, make_clients, mapped_errors
+from tests.unit.error_kinds import error_kind
+from tests.unit.test_redis_errors import free_port
 
 
 def kind_of(exc: BaseException) -> tuple[str, str]:
-    """(the narrowest of NotOwner/Definite/Indefinite, message), or ("passes", class name)
-    for what mapped_errors lets through."""
-    try:
-        with mapped_errors():
-            raise exc
-    except (Definite, Indefinite) as e:
-        kind = next(k for k in (NotOwner, Definite, Indefinite) if isinstance(e, k))
-        return kind.__name__, str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
+    return error_kind(mapped_errors, exc)
 
 
 # -- part 1: every exception class ------------------------------------------------------
@@ -160,12 +153,6 @@ def test_the_cause_is_kept() -> None:
 
 TTL_MS = 1000
 OP_TIMEOUT_S = 0.25  # the default's TTL/4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read_frame(c: socket.socket) -> bytes | None:
