@@ -11,7 +11,7 @@ What this client adds around it, and why:
   `command_retry` tries once too (the recipe's `release` would use it).
 * **A deadline per operation.** kazoo's blocking calls wait without a bound while the
   client is reconnecting (requests queue until a connection is back). Our handler's
-  results and events give up at the op's deadline (`--op-timeout`, TTL/4), so
+  results and events give up at the op's deadline (the op timeout, TTL/4), so
   `acquire`, `renew` and `release` return in time; a call that gave up may still be
   sent later, so it is `info`.
 * **No contender left behind** (kazoo#732). When an acquire fails half-way (a timeout,
@@ -19,14 +19,16 @@ What this client adds around it, and why:
   silently), its znode may still exist, or be created later from the queue; it would
   then become the holder of a lock nobody uses. We remember its name prefix and
   delete what matches before the next acquire (after a `sync`, so a lagging member
-  cannot hide it). A release that failed is remembered the same way.
+  cannot hide it). A release that timed out is remembered the same way.
 * **The fence** is the lock znode's `czxid` (read with `exists` right after the
   grant): zxids are ensemble-wide and only grow, and the recipe grants in sequence
   order, which is creation order. The sequence suffix grows too, but only per parent
   znode and only while the parent is never deleted and recreated (a reset counter,
   or a wrap at 2^31); `zookeeper-seq-fence` uses it as a control.
 * **Release** deletes the lock's own znode (as the recipe does) but does not swallow
-  `NoNodeError`: a release after the session expired is recorded as not-owner.
+  `NoNodeError`: a release after the session expired is recorded as not-owner. It
+  waits for a reconnect rather than failing at once: the queued delete still goes
+  out on the same session, so a release that gave up is `info`.
 
 The default client treats SUSPENDED as lost (kazoo's documented requirement: a
 SUSPENDED client may already have lost its session, and it only hears LOST after it
@@ -207,6 +209,9 @@ class Leftover:
 
 @dataclass
 class KazooLockClient:
+    """The `LockClient` of every zookeeper backend: one kazoo session serves all keys
+    (a worker holds one lock at a time); a fresh recipe `Lock` per acquire."""
+
     zk: KazooClient
     deadline: Deadline
     session_ms: int
