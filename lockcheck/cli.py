@@ -159,7 +159,8 @@ def backends(as_json: bool) -> int:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--model", default=None,
-              help="mutex, fenced-mutex, cas-register, register, kv, or a checker name.")
+              help="mutex, fenced-mutex, cas-register, register, multi-register, kv, or a "
+                   "checker name.")
 @click.option("--format", "fmt", default=None,
               help="lockcheck, jepsen-edn, porcupine-etcd, porcupine-kv [default: by file].")
 @click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
@@ -168,19 +169,25 @@ def backends(as_json: bool) -> int:
               help="Write the visualization of each failed check into this folder.")
 @click.option("--allow-truncated", is_flag=True,
               help="Ignore an incomplete last line (a run that was killed).")
+@click.option("--initial", default=None,
+              help="Register models: the initial value, JSON or EDN (0, '{\"x\": 0}', "
+                   "'{:x 0}') [default: nil].")
 @click.option("--no-report", is_flag=True, help="Do not write report.html into run folders.")
 def check(paths: tuple[Path, ...], model: str | None, fmt: str | None, timeout: float | None,
-          as_json: bool, html_dir: Path | None, allow_truncated: bool, no_report: bool) -> int:
+          as_json: bool, html_dir: Path | None, allow_truncated: bool,
+          initial: str | None, no_report: bool) -> int:
     """Re-check stored runs or history files, without any cluster.
 
     For a run folder it also writes (or refreshes) the folder's report.html."""
     from lockcheck.checker.analyze import check_path
+    from lockcheck.checker.external import parse_initial
     from lockcheck.results.progress import verdict_word
 
+    start = None if initial is None else parse_initial(initial)
     verdicts: list[object] = []
     for p in paths:
         r = check_path(p, model=model, fmt=fmt, timeout=timeout, html_dir=html_dir,
-                       allow_truncated=allow_truncated)
+                       allow_truncated=allow_truncated, initial=start)
         verdicts.append(r["valid"])
         if not no_report and "checkers" in r and model is None and fmt in (None, "lockcheck"):
             _refresh_report(p, r)
@@ -334,6 +341,7 @@ def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
     try:
         c.up()
         db.setup(c)
+        b.prepare(db, spec)
         services = db.describe()
         info = c.describe()
         c.keep(services)

@@ -15,6 +15,8 @@ INSTALL = {
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
     "etcd": "apt-get install -y etcd-server",
+    "redis-sentinel": "apt-get install -y redis-sentinel",
+    "/usr/lib/postgresql/15/bin/postgres": "apt-get install -y postgresql-15",
     "java": "apt-get install -y zookeeper",
 }
 

@@ -47,7 +47,6 @@ from lockcheck.preflight import require_binaries
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
-from lockcheck.results.report import write_report
 from lockcheck.spec import TestSpec, validate
 from lockcheck.workloads.api import Resource, ResourceContext, Workload
 from lockcheck.workloads.registry import workload
@@ -325,11 +324,7 @@ class Run:
         self.test["versions"] = versions(self.p)  # now the servers can be asked
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
-        setup = self.p.backend.options.get("setup")
-        if setup:  # a backend's one-off preparation (a table, say), run from here
-            from lockcheck.backends import load
-
-            load(str(setup))(self.p.db.client_config(), self.spec)
+        self.p.backend.prepare(self.p.db, self.spec)
 
     def stop_db(self) -> list[str]:
         problems = self.fetch_logs()
@@ -375,7 +370,9 @@ class Run:
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
         d = host.spawn(f"worker-{index}",
-                       [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
+                       # -P: the controller's working directory must not shadow the
+                       # installed lockcheck (a checkout of another version, say)
+                       [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         return WorkerHandle(index, host.name, d, self.writer,
@@ -502,6 +499,8 @@ class Run:
         store.write_json(self.run_dir / store.RESULTS, results)
         report = None
         try:  # the evidence is on disk already: a report that fails loses nothing
+            from lockcheck.results.report import write_report  # matplotlib: only now
+
             report = write_report(self.run_dir, results=results, ops=read.ops)
         except Exception as e:
             log.exception("report failed")

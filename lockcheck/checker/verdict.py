@@ -7,8 +7,11 @@
   decide (they are why fencing exists). No fencing result means "unknown".
 
 In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
-unless another is False; in `fenced`, only the fencing checker can. No checker
-results at all is "unknown".
+unless another is False; in `fenced`, only the fencing checker can. A checker that
+found nothing of its kind to check (``nothing_checked``: no critical sections, no
+fences) abstains, and the others decide; when every checker abstains, or there are
+no results at all, the verdict is "unknown". Nothing checked is never valid: in
+`fenced`, a run in which no write reached the resource is "unknown" too.
 """
 
 from __future__ import annotations
@@ -85,7 +88,16 @@ def _failure(name: str, r: dict[str, Any]) -> str:
     return f"{name}: {summary}" if summary else f"{name} failed"
 
 
+def _abstains(r: dict[str, Any]) -> bool:
+    return bool(r.get("nothing_checked")) and r.get("valid") not in (True, False)
+
+
 def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    idle = {n: r for n, r in results.items() if _abstains(r)}
+    results = {n: r for n, r in results.items() if n not in idle}
+    if not results:
+        return "unknown", "unknown: nothing was checked: " + "; ".join(
+            f"{n}: {r['nothing_checked']}" for n, r in idle.items())
     valid = merge_valid([r.get("valid", "unknown") for r in results.values()])
     if valid is False:
         return False, "; ".join(
@@ -120,7 +132,7 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     saves = _count(fe, "saves")
     accepted = _count(fe, "accepted")
     if not accepted and not saves:
-        return True, "resource safe (vacuously: no write reached the resource)" + tail
+        return "unknown", "unknown: no write reached the resource, so it was not tested" + tail
     split = ""
     if saves and "saves_stale_holder" in fe:
         split = (f": {_count(fe, 'saves_stale_holder')} from a holder that had lost the lock, "

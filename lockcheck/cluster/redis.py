@@ -24,15 +24,16 @@ DEFAULT_PORT = 6379
 START_TIMEOUT_S = 10.0
 
 
-def redis_binary() -> str:
-    path = shutil.which("redis-server")
+def redis_binary(program: str = "redis-server") -> str:
+    path = shutil.which(program)
     if path is None:
-        raise BadInput("redis-server not found; install it with: apt-get install -y redis-server")
+        raise BadInput(f"{program} not found; install it with: apt-get install -y {program}")
     return path
 
 
-def redis_version() -> str:
-    out = subprocess.run([redis_binary(), "--version"], capture_output=True, text=True).stdout
+def redis_version(program: str = "redis-server") -> str:
+    out = subprocess.run([redis_binary(program), "--version"], capture_output=True,
+                         text=True).stdout
     for part in out.split():
         if part.startswith("v="):
             return part[2:]
@@ -60,6 +61,9 @@ class RedisServer:
     daemon: Daemon | None = None
     program: str = "redis-server"
     label: str = "redis"  # names its folder and log files on the node
+    # a config file read before the options (a replica's `replicaof`): CONFIG REWRITE,
+    # as Sentinel sends it, keeps a changed role there across a restart
+    config: Path | None = None
     made_dir: bool = False
 
     @property
@@ -76,10 +80,11 @@ class RedisServer:
         return self.dir / f"{self.label}.stderr.log"
 
     def argv(self) -> list[str]:
+        config = [str(self.config)] if self.config else []
         args = [
-            redis_binary(), "--bind", self.node.address, "--port", str(self.port),
-            "--protected-mode", "no", "--dir", str(self.dir), "--daemonize", "no",
-            "--logfile", str(self.log_path),
+            redis_binary(self.program), *config, "--bind", self.node.address,
+            "--port", str(self.port), "--protected-mode", "no", "--dir", str(self.dir),
+            "--daemonize", "no", "--logfile", str(self.log_path),
         ]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
@@ -131,7 +136,31 @@ class RedisServer:
         return [self.log_path, self.stderr_path]
 
 
-class RedisDB:
+class RedisProcesses:
+    """Kill, start, pause and resume the redis-server of a node (the `Killable` and
+    `Pausable` capabilities of every database made of `RedisServer`s)."""
+
+    servers: dict[str, RedisServer]
+
+    def kill(self, node: str) -> None:
+        self.servers[node].kill()
+
+    def start(self, node: str) -> None:
+        s = self.servers[node]
+        if not s.alive():
+            s.start()
+
+    def alive(self, node: str) -> bool:
+        return self.servers[node].alive()
+
+    def pause(self, node: str) -> None:
+        self.servers[node].pause()
+
+    def resume(self, node: str) -> None:
+        self.servers[node].resume()
+
+
+class RedisDB(RedisProcesses):
     """Independent Redis masters, one per node (`redis`, `redlock`).
 
     Killable (a killed master restarts empty: no persistence unless the backend asks
@@ -168,24 +197,7 @@ class RedisDB:
                        "pid": s.daemon.pid if s.daemon else None}
                 for name, s in self.servers.items()}
 
-    # -- capabilities ----------------------------------------------------------------
-
-    def kill(self, node: str) -> None:
-        self.servers[node].kill()
-
-    def start(self, node: str) -> None:
-        s = self.servers[node]
-        if not s.alive():
-            s.start()
-
-    def alive(self, node: str) -> bool:
-        return self.servers[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.servers[node].pause()
-
-    def resume(self, node: str) -> None:
-        self.servers[node].resume()
+    # -- capabilities (and those of RedisProcesses) ----------------------------------
 
     def log_files(self) -> dict[str, Sequence[Path]]:
         return {name: s.log_files() for name, s in self.servers.items()}

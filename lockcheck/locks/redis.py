@@ -139,18 +139,21 @@ NO_EXPIRY_NS = 2**63 - 1  # the `ttl: False` variant: a lease the client never s
 RELEASES = ("lua", "get-del")
 
 
-class RedisLockClient:
-    """The lock client for `--backend redis`: one Redis master holds each lock name."""
+class FencedLockClient:
+    """acquire/renew/release with `FencedLock` over any redis-py client; the errors
+    go through `errors` (a subclass may extend the mapping for its connection kind)."""
 
-    def __init__(self, address: str, port: int, *, ttl_ms: int, op_timeout_s: float,
-                 drift: float = 0.01, release: str = "lua", ttl: bool = True) -> None:
+    errors = staticmethod(mapped_errors)
+
+    def __init__(self, client: redis.Redis, *, ttl_ms: int, drift: float = 0.01,
+                 release: str = "lua", ttl: bool = True) -> None:
         if release not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, not {release!r}")
         self.ttl_ms = ttl_ms
         self.drift = drift
         self.release_by = release
         self.expires = ttl
-        self.redis = redis_client(address, port, op_timeout_s)
+        self.redis = client
         self._locks: dict[str, FencedLock] = {}
 
     def _lock(self, key: str) -> FencedLock:
@@ -165,7 +168,7 @@ class RedisLockClient:
         lock = self._lock(key)
         token = uuid.uuid4().hex
         t0 = time.monotonic_ns()
-        with mapped_errors():
+        with self.errors():
             got = lock.acquire(blocking=False, token=token)
         if not got:
             return None
@@ -176,7 +179,7 @@ class RedisLockClient:
     def renew(self, lease: Lease) -> None:
         lock = self._locks[lease.token]
         t0 = time.monotonic_ns()
-        with mapped_errors():
+        with self.errors():
             if self.expires:
                 lock.reacquire()
             elif not lock.owned():  # nothing to reset: confirm the lock is still ours
@@ -189,18 +192,27 @@ class RedisLockClient:
             self._get_then_del(lease)
             return
         lock.local.token = lease.token.encode()  # release() clears it before the round trip
-        with mapped_errors():
+        with self.errors():
             lock.release()
 
     def _get_then_del(self, lease: Lease) -> None:
         """The unsafe release: the check and the delete are two separate commands."""
-        with mapped_errors():
+        with self.errors():
             if self.redis.get(lease.key) != lease.token.encode():
                 raise NotOwner("not-owner")
             self.redis.delete(lease.key)
 
     def close(self) -> None:
         self.redis.close()
+
+
+class RedisLockClient(FencedLockClient):
+    """The lock client for `--backend redis`: one Redis master holds each lock name."""
+
+    def __init__(self, address: str, port: int, *, ttl_ms: int, op_timeout_s: float,
+                 drift: float = 0.01, release: str = "lua", ttl: bool = True) -> None:
+        super().__init__(redis_client(address, port, op_timeout_s), ttl_ms=ttl_ms,
+                         drift=drift, release=release, ttl=ttl)
 
 
 def make_clients(config: Mapping[str, Any], keys: Sequence[str],
