@@ -132,6 +132,10 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     saves = _count(fe, "saves")
     accepted = _count(fe, "accepted")
     if not accepted and not saves:
+        if _count(fe, "unfenced_rejections"):
+            return "unknown", ("unknown: the resource refused every write because none "
+                               "carried a fence (the backend issues none), so it was not "
+                               "tested" + tail)
         return "unknown", "unknown: no write reached the resource, so it was not tested" + tail
     split = ""
     if saves and "saves_stale_holder" in fe:

@@ -49,7 +49,7 @@ def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]]) -> Iterator[dict[
     started = {name: module_cli.start("test", *args) for name, args in runs.items()}
     done = {name: p.wait(timeout=150) for name, p in started.items()}
     for name, r in done.items():
-        assert r.run_dir is not None and r.code in (0, 1), f"{name}: {r.explain()}"
+        assert r.run_dir is not None and r.code in (0, 1, 2), f"{name}: {r.explain()}"
     yield done
     module_cli.assert_no_leftovers(None)
 
@@ -120,13 +120,13 @@ def test_the_fenced_resource_rejects_the_paused_holder(runs: dict[str, Any]) -> 
 def test_without_a_fence_the_fenced_resource_rejects_every_write(
         runs: dict[str, Any]) -> None:
     r = runs["pause_no_fence"]
-    assert r.code == 0, r.explain()
+    assert r.code == 2, r.explain()  # nothing reached the resource's decision: unknown
     fe = checkers(r)["fencing"]
     assert fe["accepted"] == 0 and fe["rejected"] == fe["unfenced_rejections"] > 0, fe
     assert fe["saves"] == 0
     recs = [json.loads(x) for x in (r.run_dir / "resource.jsonl").read_text().splitlines()]
     assert recs and all(x["fence"] is None and not x["accepted"] for x in recs)
-    assert "vacuously" in r.results()["summary"]
+    assert "none carried a fence" in r.results()["summary"]
 
 
 def test_logs_and_versions(runs: dict[str, Any]) -> None:
