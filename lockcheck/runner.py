@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend, key_names
+from lockcheck.backends import Backend, backend, load
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
-from lockcheck.cluster.api import DB, Cluster, LogFiles, capabilities
+from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
@@ -48,7 +48,7 @@ from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
 from lockcheck.spec import TestSpec, validate
-from lockcheck.workloads.api import Resource, ResourceContext, Workload
+from lockcheck.workloads.api import KeyPlan, Resource, ResourceContext, Workload, default_keys
 from lockcheck.workloads.registry import workload
 from lockcheck.workloads.worker import WorkerConfig
 
@@ -236,7 +236,9 @@ class Run:
         self.cluster: Cluster | None = None
         self.resource: Resource | None = None
         self.t0 = time.monotonic_ns()
-        self.keys = key_names(self.spec.keys)
+        keys = p.workload.keys
+        self.key_plan: KeyPlan = (load(keys)(p.spec) if keys else default_keys(p.spec.keys))
+        self.keys = self.key_plan.names
         self.test: dict[str, Any] = {}
 
     # -- the order ---------------------------------------------------------------------
@@ -282,6 +284,8 @@ class Run:
         t["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         t["argv"] = sys.argv
         t["checkers"] = list(p.workload.checkers)
+        t["recovery_keys"] = list(self.key_plan.recovery)
+        t["key_params"] = self.key_plan.params
         t["verdict"] = p.workload.verdict
         t["process_stride"] = self.spec.process_stride
         t["recovery_worker"] = self.spec.concurrency
@@ -350,13 +354,20 @@ class Run:
         w = self.p.workload
         if w.resource is None:
             return
-        from lockcheck.backends import load
-
         assert self.cluster is not None
+        host = self.cluster.clients[0]
         ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
-                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra)
+                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
+                              keys=self.keys, clients=self.spec.concurrency + 1,
+                              host=host if isinstance(host, Node) else None,
+                              record=self.record)
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
+
+    def record(self, op: dict[str, Any]) -> None:
+        """A record of the controller's own (a fault, a resource's final state)."""
+        self.writer.append({"time": time.monotonic_ns() - self.t0, "key": None,
+                            "value": None, **op})
 
     def worker_config(self, index: int, **kw: Any) -> WorkerConfig:
         spec = self.spec
@@ -365,7 +376,8 @@ class Run:
             workload=spec.workload, client_config=self.p.db.client_config(), keys=self.keys,
             ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
-            resource=self.resource.worker_config() if self.resource else None, **kw)
+            resource=self.resource.worker_config() if self.resource else None,
+            recovery_keys=self.key_plan.recovery, key_params=self.key_plan.params, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
@@ -393,8 +405,7 @@ class Run:
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
-            self.writer.append({"time": time.monotonic_ns() - self.t0, "process": "nemesis",
-                                "type": type_, "f": f, "key": None, "value": value})
+            self.record({"process": "nemesis", "type": type_, "f": f, "value": value})
 
         quiet = min(spec.quiet, spec.time_limit / 4)
         self.schedule = NemesisSchedule(

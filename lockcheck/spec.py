@@ -94,13 +94,14 @@ def validate(spec: TestSpec) -> TestSpec:
     from lockcheck.workloads.registry import workload
 
     b = backend(spec.backend)
-    workload(spec.workload)
+    w = workload(spec.workload)
     prov = provider(spec.provider)
     for n in spec.nemesis:
         if n not in NEMESES:
             raise BadInput(f"unknown nemesis {n!r}; choose from none, {', '.join(NEMESES)}")
-    if spec.resource not in RESOURCES:
-        raise BadInput(f"unknown resource mode {spec.resource!r}; choose fenced or unfenced")
+    if spec.resource not in w.resources:
+        raise BadInput(f"unknown resource mode {spec.resource!r} for the {w.name} workload; "
+                       f"choose {' or '.join(w.resources)}")
     for name, v in (("--concurrency", spec.concurrency), ("--keys", spec.keys),
                     ("--nodes", spec.nodes), ("--ttl-ms", spec.ttl_ms)):
         if v < 1:

@@ -7,14 +7,17 @@ from lockcheck.checker.fencing import check_fencing
 from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
+from lockcheck.checker.settlement import check_settlement
 
 CHECKERS: dict[str, Checker] = {
     "mutual-exclusion": check_mutual_exclusion,
     "fencing": check_fencing,
     "lease-safety": check_lease_safety,
     "linearizable": check_linearizable,
+    "settlement": check_settlement,
 }
 
+# for histories whose test.json names no checkers (runs written before it did)
 DEFAULT_CHECKERS: dict[str, list[str]] = {
     "mutex": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
     "fenced": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],

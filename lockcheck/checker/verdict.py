@@ -149,12 +149,32 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     )
 
 
+def _decided_by(name: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """A workload whose resource is on trial: its checker decides; overlapping critical
+    sections are context (they are why the resource's own layers exist)."""
+    r = results.get(name)
+    if r is None:
+        return "unknown", f"unknown: no {name} result"
+    context = _overlaps(results.get(MUTEX))
+    tail = f"; {context}" if context else ""
+    valid = r.get("valid")
+    if valid is False:
+        return False, f"{name}: {r.get('summary', 'failed')}{tail}"
+    if valid is not True:
+        why = r.get("summary") or r.get("nothing_checked") or r.get("error") or \
+            "could not decide"
+        return "unknown", f"unknown: {name}: {why}{tail}"
+    return True, f"{r.get('summary', name + ' passed')}{tail}"
+
+
 def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     """Combine checker results (by checker name) into (valid, one-line explanation)."""
     if not results:
         return "unknown", "unknown: no checker results"
     if workload == "fenced":
         return _fenced_verdict(results)
+    if workload == "settlement":
+        return _decided_by("settlement", results)
     if workload != "mutex":
         valid, text = _mutex_verdict(results)
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"

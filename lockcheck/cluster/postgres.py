@@ -132,8 +132,14 @@ class PostgresServer:
     node: Node
     port: int = DEFAULT_PORT
     max_connections: int = 50
+    tcp: bool = True  # False: a Unix socket only (a resource no partition can cut off)
     daemon: Daemon | None = None
     paused: list[int] = field(default_factory=list)  # backends stopped with the postmaster
+
+    @property
+    def host(self) -> str:
+        """Where clients connect: the node's address, or the socket's folder."""
+        return self.node.address if self.tcp else str(self.socket_dir)
 
     @property
     def dir(self) -> Path:
@@ -176,7 +182,8 @@ class PostgresServer:
         log.info("initdb on %s in %.2fs", n.name, time.monotonic() - t0)
 
     def argv(self) -> list[str]:
-        settings = server_settings(self.node.address, self.port, self.socket_dir,
+        settings = server_settings(self.node.address if self.tcp else "", self.port,
+                                   self.socket_dir,
                                    self.max_connections)
         args = [str(POSTGRES), "-D", str(self.data)]
         for k, v in settings.items():
@@ -190,7 +197,7 @@ class PostgresServer:
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         d = self.daemon
-        wait_until(lambda: serves(self.node.address, self.port), timeout=timeout,
+        wait_until(lambda: serves(self.host, self.port), timeout=timeout,
                    what=f"postgres on {self.node.name}",
                    alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
 
@@ -272,7 +279,7 @@ class PostgresServer:
             self.crash()
 
     def terminate_holders(self) -> list[tuple[int, str, bool]]:
-        with psycopg.connect(**conninfo(self.node.address, self.port,
+        with psycopg.connect(**conninfo(self.host, self.port,
                                         application_name="lockcheck-failover"),
                              autocommit=True) as c:
             return [(int(p), str(a or ""), bool(ok))

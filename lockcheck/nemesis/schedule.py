@@ -43,6 +43,8 @@ class NemesisSchedule(threading.Thread):
         try:
             while self.nemeses and self._sleep(self.interval):
                 nem = self.rng.choice(self.nemeses)
+                if time.monotonic() + nem.hold_s > self.until:
+                    break  # it could not end before the quiet phase: don't start it
                 with self.lock:
                     if self.stop_event.is_set():
                         break
