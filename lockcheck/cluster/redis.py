@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Daemon, Node
 from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
 from lockcheck.errors import BadInput
@@ -128,11 +129,47 @@ class RedisServer:
         return [self.log_path, self.stderr_path]
 
 
-class RedisDB:
+class RedisClocks:
+    """The `Clock` capability of a database made of `RedisServer`s: redis-server reads
+    the wall clock through the C library, so libfaketime moves it (`cluster/faketime.py`:
+    glibc's malloc wrapper preloaded first, the clock file re-read at every call).
+
+    `fake_clock()` before setup, then `clock_env(node)` for each server started."""
+
+    servers: dict[str, RedisServer]
+    faking: bool = False
+
+    def fake_clock(self) -> None:
+        self.faking = True
+
+    @staticmethod
+    def clock_file(node: Node) -> Path:
+        return node.workdir / "faketime.rc"
+
+    def clock_env(self, node: Node) -> dict[str, str]:
+        """The environment a server on `node` starts with (empty without fake clocks);
+        a server restarted after a kill reads the node's clock file again."""
+        if not self.faking:
+            return {}
+        node.write_file(self.clock_file(node), faketime.spec(0))
+        return faketime.env(self.clock_file(node), shim=True)
+
+    def set_clock(self, node: str, offset_ms: float) -> None:
+        if not self.faking:
+            raise RuntimeError("redis was not started under a fake clock (fake_clock() "
+                               "must come before setup)")
+        n = self.servers[node].node
+        n.write_file(self.clock_file(n), faketime.spec(offset_ms))
+
+    def reset_clock(self, node: str) -> None:
+        self.set_clock(node, 0.0)
+
+
+class RedisDB(RedisClocks):
     """Independent Redis masters, one per node (`redis`, `redlock`).
 
     Killable (a killed master restarts empty: no persistence unless the backend asks
-    for it), pausable, with log files.
+    for it), pausable, with log files, and clocks that can be moved (`RedisClocks`).
     """
 
     name = "redis"
@@ -143,7 +180,8 @@ class RedisDB:
         self.servers: dict[str, RedisServer] = {}
 
     def setup(self, cluster: Cluster) -> None:
-        self.servers = {n.name: RedisServer(n, persistence=self.persistence)
+        self.servers = {n.name: RedisServer(n, persistence=self.persistence,
+                                            env=self.clock_env(n))
                         for n in cluster.nodes}
         for s in self.servers.values():
             s.launch()
