@@ -1,7 +1,8 @@
 """One test run, in the order Jepsen's core uses, with every teardown guaranteed.
 
     plan (refuse what cannot run) -> store -> cluster -> database -> resource
-    -> client workers -> nemesis -> run -> heal, quiet phase -> stop workers
+    -> faults' prepare steps -> client workers -> nemesis -> run -> heal, quiet phase
+    -> stop workers
     -> recovery check -> [teardown in reverse: heal, workers, resource, logs and
     servers, cluster, history] -> check -> results.json and summary
 
@@ -38,9 +39,9 @@ from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
-from lockcheck.nemesis.api import Nemesis, RunContext, WorkerRef
+from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
-from lockcheck.nemesis.registry import NEMESES, check_supported
+from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import require_binaries
 from lockcheck.results import store
@@ -81,14 +82,24 @@ def plan(spec: TestSpec) -> Plan:
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
     db = b.make_db(spec)  # inert until setup: it only answers what it can do
-    check_supported(spec.nemesis, db, b.name)
+    check_supported(spec.nemesis, db, b.name, spec)
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
     require_binaries(b.binaries)
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
+    check_fault_prerequisites(spec)
+    prepare_db(spec.nemesis, db, spec)
     return Plan(spec, b, w, p, db)
+
+
+def check_fault_prerequisites(spec: TestSpec) -> None:
+    """What the chosen faults need on this machine (libfaketime for clock faults)."""
+    if any(NEMESES[n].clock for n in spec.nemesis):
+        from lockcheck.cluster.faketime import require_libfaketime
+
+        require_libfaketime()
 
 
 @contextlib.contextmanager
@@ -244,6 +255,7 @@ class Run:
         self.schedule: NemesisSchedule | None = None
         self.cluster: Cluster | None = None
         self.resource: Resource | None = None
+        self.prepared: dict[str, Prepared] = {}
         self.t0 = time.monotonic_ns()
         self.keys = key_names(self.spec.keys)
         self.test: dict[str, Any] = {}
@@ -263,6 +275,7 @@ class Run:
                 self.start_db()
                 self.t0 = time.monotonic_ns()  # history times count from here
                 self.start_resource()
+                self.prepare_faults()
                 self.start_workers()
                 self.start_nemesis()
                 self.run_phases()
@@ -376,18 +389,34 @@ class Run:
         return WorkerConfig(
             worker=index, process_stride=spec.process_stride, backend=spec.backend,
             workload=spec.workload, client_config=self.p.db.client_config(), keys=self.keys,
-            ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed, t0_ns=self.t0,
+            ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, hold_dist=spec.hold_dist,
+            seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
+        env: dict[str, str] = {}
+        for p in self.prepared.values():
+            env.update(p.worker_env(host.name))
         d = host.spawn(f"worker-{index}",
                        [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
-                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
         return WorkerHandle(index, host.name, d, self.writer,
                             [self.stats.observe, self.holders.observe])
+
+    def prepare_faults(self) -> None:
+        """What a fault must have in place before the clients connect (a proxy in the
+        path, the clients' clock files), each undone after the workers stop."""
+        assert self.cluster is not None
+        ctx = PrepareContext(spec=self.spec, cluster=self.cluster, db=self.p.db)
+        from lockcheck.backends import load
+
+        for step in prepare_steps(self.spec.nemesis):
+            prepared: Prepared = load(step)(ctx)
+            self.prepared[step] = prepared
+            self.teardown.push(f"undo {step}", prepared.close)
 
     def start_workers(self) -> None:
         assert self.cluster is not None
@@ -400,7 +429,7 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now)
+                         holders=self.holders.now, prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
@@ -411,7 +440,7 @@ class Run:
         self.schedule = NemesisSchedule(
             nemeses, interval=spec.nemesis_interval,
             until=time.monotonic() + spec.time_limit - quiet, rng=random.Random(spec.seed),
-            record=record)
+            record=record, mode=spec.nemesis_mode)
         self.teardown.push("heal faults", self.heal)
         self.schedule.start()
 
@@ -487,8 +516,11 @@ class Run:
             results["recovery"] = check_recovery(read.ops, self.test)
             if results["recovery"]["valid"] is not True:
                 self.errors.append(f"recovery: {results['recovery']['summary']}")
-        if self.schedule is not None and self.schedule.heal_errors:
-            results["heal_errors"] = list(self.schedule.heal_errors)
+        heal_errors = unique(self.schedule.heal_errors) if self.schedule is not None else []
+        if heal_errors:
+            # a fault left in place taints what follows: in results.json and on screen
+            results["heal_errors"] = heal_errors
+            self.errors = unique([*heal_errors, *self.errors])
         if failure is not None:
             results["failure"] = failure
             if results["valid"] is True:
@@ -514,7 +546,12 @@ class Run:
             out.write(f"cluster {self.cluster.run_id} left running ({where}); remove it "
                       "with: lockcheck cluster down\n")
         for problem in self.errors:
-            out.write(f"warning: {problem}\n")
+            word = "error" if problem in heal_errors else "warning"
+            out.write(f"{word}: {problem}\n")
         return RunOutcome(self.run_dir, results["valid"], results, interrupted, self.errors,
                           failure)
 
+
+def unique(items: Sequence[str]) -> list[str]:
+    """In order, each once (a heal that fails fails again at every later heal)."""
+    return list(dict.fromkeys(items))

@@ -23,12 +23,13 @@ import contextlib
 import json
 import os
 import random
+import select
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import IO, Any, SupportsIndex
 
 from lockcheck.locks.api import (
     ClientOptions,
@@ -39,6 +40,7 @@ from lockcheck.locks.api import (
     NotOwner,
 )
 from lockcheck.workloads.api import Outcome, Reason
+from lockcheck.workloads.hold import sampler
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class WorkerConfig:
     mode: str = "run"  # "run" or "recover"
     recover_s: float = 10.0
     options: dict[str, Any] = field(default_factory=dict)
+    hold_dist: str | None = None  # a long-tail law (workloads/hold.py); None: uniform
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -116,8 +119,7 @@ class CriticalSection:
         self.retired = False  # an op's outcome is unknown: the worker must retire
 
     def hold_time(self) -> float:
-        lo, hi = self.worker.cfg.hold_ms
-        return self.worker.rng.uniform(lo, hi) / 1000.0
+        return self.worker.draw_hold(self.worker.rng) / 1000.0
 
     def believes(self) -> Reason:
         if self.retired:
@@ -200,6 +202,7 @@ class Worker:
         self.rng = random.Random(cfg.seed * 1_000_003 + cfg.worker)
         self.process = cfg.worker
         self.stopping = threading.Event()
+        self.draw_hold = sampler(cfg.hold_ms, cfg.hold_dist)
 
     def retire(self) -> None:
         self.process += self.cfg.process_stride
@@ -296,10 +299,21 @@ def watch_stdin(worker: Worker) -> None:
     threading.Thread(target=orphan, daemon=True).start()
 
 
+def select_sleep(seconds: float | SupportsIndex) -> None:
+    """time.sleep without clock_nanosleep, which fails (EINVAL) under libfaketime with
+    the monotonic clock left true (cluster/faketime.py)."""
+    end = time.monotonic() + float(seconds)
+    while (left := end - time.monotonic()) > 0:
+        select.select([], [], [], left)
+
+
 def main(argv: list[str]) -> int:
     from lockcheck.backends import BACKENDS, load
+    from lockcheck.cluster.faketime import FAKED_ENV
     from lockcheck.workloads.registry import WORKLOADS
 
+    if os.environ.get(FAKED_ENV):  # before the client library is imported
+        time.sleep = select_sleep
     cfg = WorkerConfig.from_json(argv[0])
     rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker)
     backend = BACKENDS[cfg.backend]
