@@ -5,6 +5,9 @@
 - `fenced` workload: the protected resource is on trial. `fencing.resource_valid`
   decides; overlapping critical sections and duplicate fences are reported but do not
   decide (they are why fencing exists). No fencing result means "unknown".
+- `lock-set` workload: the unprotected set is on trial, as in Jepsen's etcd lock-set:
+  the `lock-set` checker decides (an acknowledged add missing from the final set is a
+  lost update); overlapping critical sections are reported as the cause.
 
 In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
 unless another is False; in `fenced`, only the fencing checker can. No checker
@@ -19,6 +22,7 @@ from lockcheck.exitcodes import merge_valid
 
 MUTEX = "mutual-exclusion"
 FENCING = "fencing"
+LOCK_SET = "lock-set"
 
 
 def _n(count: int, singular: str, plural: str | None = None) -> str:
@@ -133,12 +137,28 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     )
 
 
+def _lock_set_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    ls = results.get(LOCK_SET)
+    if ls is None:
+        return "unknown", "unknown: no lock-set result, so nothing is known about the set"
+    context = _overlaps(results.get(MUTEX))
+    tail = f"; {context}" if context else ""
+    valid = ls.get("valid")
+    if valid is False:
+        return False, f"lost updates: {ls.get('summary', 'see the lock-set checker')}{tail}"
+    if valid is not True:
+        return "unknown", _unknown_reason({LOCK_SET: ls})
+    return True, f"set intact: {ls.get('summary', '')}{tail}"
+
+
 def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     """Combine checker results (by checker name) into (valid, one-line explanation)."""
     if not results:
         return "unknown", "unknown: no checker results"
     if workload == "fenced":
         return _fenced_verdict(results)
+    if workload == LOCK_SET:
+        return _lock_set_verdict(results)
     if workload != "mutex":
         valid, text = _mutex_verdict(results)
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"

@@ -92,3 +92,6 @@ class Workload:
     verdict: str  # the rule that turns checker results into the verdict (checker/verdict.py)
     resource: str | None = None  # "module:factory": factory(ResourceContext) -> Resource
     resource_client: str | None = None  # "module:factory": factory(config, timeout_s) -> client
+    # "module:function", called as function(worker) by the recovery worker once it has
+    # taken every lock again: a last look at the resource (lock-set's final read)
+    final: str | None = None

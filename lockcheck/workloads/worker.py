@@ -179,18 +179,9 @@ class CriticalSection:
 
     def call(self, f: str, value: Mapping[str, Any],
              fn: Callable[[int], Outcome]) -> Outcome:
-        w = self.worker
-        p = w.process
-        w.rec(p, "invoke", f, self.key, dict(value))
-        try:
-            out = fn(p)
-        except (OSError, Indefinite) as e:
-            out = Outcome("info", dict(value), str(e)[:80] or type(e).__name__)
-        except Definite as e:
-            out = Outcome("fail", dict(value), str(e)[:80])
-        w.rec(p, out.type, f, self.key, out.value, out.error)
+        out = self.worker.record_call(f, self.key, value, fn)
         if out.type == "info":
-            self.retired = True
+            self.retired = True  # the worker retires once the section has ended
         return out
 
 
@@ -206,6 +197,29 @@ class Worker:
 
     def retire(self) -> None:
         self.process += self.cfg.process_stride
+
+    def record_call(self, f: str, key: str | None, value: Mapping[str, Any],
+                    fn: Callable[[int], Outcome]) -> Outcome:
+        """Record `invoke f value`, run `fn(process)`, record its completion. OSError
+        or Indefinite from `fn` is `info`, Definite is `fail`."""
+        p = self.process
+        self.rec(p, "invoke", f, key, dict(value))
+        try:
+            out = fn(p)
+        except (OSError, Indefinite) as e:
+            out = Outcome("info", dict(value), str(e)[:80] or type(e).__name__)
+        except Definite as e:
+            out = Outcome("fail", dict(value), str(e)[:80])
+        self.rec(p, out.type, f, key, out.value, out.error)
+        return out
+
+    def call(self, f: str, key: str | None, value: Mapping[str, Any],
+             fn: Callable[[int], Outcome]) -> Outcome:
+        """A recorded op outside any critical section; an `info` retires at once."""
+        out = self.record_call(f, key, value, fn)
+        if out.type == "info":
+            self.retire()
+        return out
 
     def backoff(self) -> None:
         lo, hi = self.cfg.backoff_ms
@@ -328,7 +342,12 @@ def main(argv: list[str]) -> int:
     watch_stdin(w)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            w.recover() if cfg.mode == "recover" else w.run()
+            if cfg.mode == "recover":
+                w.recover()
+                if workload.final is not None:  # e.g. the final read of lock-set
+                    load(workload.final)(w)
+            else:
+                w.run()
     finally:
         for c in {id(c): c for c in clients.values()}.values():
             with contextlib.suppress(Exception):
