@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from lockcheck.results.store import RESOURCE
 from lockcheck.workloads.api import ResourceContext
-from lockcheck.workloads.unix_rpc import JsonLineClient, JsonLineServer
+from lockcheck.workloads.unix_rpc import JsonLineClient, LoggedStore
 
 
 @dataclass
@@ -55,30 +55,17 @@ class ResourceState:
             return rec
 
 
-class ResourceServer:
+class ResourceServer(LoggedStore):
     """Runs in the controller for the length of a test."""
 
+    state: ResourceState
+
     def __init__(self, socket_path: Path, log_path: Path, mode: str, t0_ns: int) -> None:
-        self.socket_path = socket_path
-        self.log_fh = log_path.open("a", encoding="utf-8")
+        super().__init__(socket_path, log_path, "resource")
         self.state = ResourceState(mode=mode, log=self.log_fh, t0_ns=t0_ns)
-        self.server = JsonLineServer(socket_path, self.handle, "resource")
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         return self.state.write(str(req["key"]), req.get("fence"), req.get("process"))
-
-    def start(self) -> ResourceServer:
-        self.server.start()
-        return self
-
-    def worker_config(self) -> dict[str, Any]:
-        return {"socket": str(self.socket_path)}
-
-    def stop(self) -> None:
-        self.server.stop()
-        with self.state.lock:
-            self.state.closed = True
-            self.log_fh.close()
 
 
 class ResourceClient(JsonLineClient):

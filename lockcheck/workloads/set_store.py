@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lockcheck.workloads.api import ResourceContext
-from lockcheck.workloads.unix_rpc import JsonLineClient, JsonLineServer
+from lockcheck.workloads.unix_rpc import JsonLineClient, LoggedStore
 
 LOG = "lock-set.jsonl"
 
@@ -65,27 +65,17 @@ class SetState:
         raise ValueError(f"unknown request {req.get('op')!r}")
 
 
-class SetStore:
+class SetStore(LoggedStore):
     """Runs in the controller for the length of a test (a `workloads.api.Resource`)."""
 
+    state: SetState
+
     def __init__(self, socket_path: Path, log_path: Path, t0_ns: int) -> None:
-        self.socket_path = socket_path
-        self.log_fh = log_path.open("a", encoding="utf-8")
+        super().__init__(socket_path, log_path, "lock-set store")
         self.state = SetState(log=self.log_fh, t0_ns=t0_ns)
-        self.server = JsonLineServer(socket_path, self.state.handle, "lock-set store")
 
-    def start(self) -> SetStore:
-        self.server.start()
-        return self
-
-    def worker_config(self) -> dict[str, Any]:
-        return {"socket": str(self.socket_path)}
-
-    def stop(self) -> None:
-        self.server.stop()
-        with self.state.lock:
-            self.state.closed = True
-            self.log_fh.close()
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        return self.state.handle(req)
 
 
 class SetClient(JsonLineClient):

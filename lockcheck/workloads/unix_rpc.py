@@ -14,7 +14,7 @@ import socketserver
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]  # request -> reply
 
@@ -57,6 +57,39 @@ class JsonLineServer:
         self.server.shutdown()
         self.server.server_close()
         self.socket_path.unlink(missing_ok=True)
+
+
+class StoreState(Protocol):
+    lock: threading.Lock
+    closed: bool
+
+
+class LoggedStore:
+    """A store the controller runs for a test (a `workloads.api.Resource`): served on a
+    Unix socket, its log file open until it stops. Subclasses set `state` and `handle`."""
+
+    state: StoreState
+
+    def __init__(self, socket_path: Path, log_path: Path, name: str) -> None:
+        self.socket_path = socket_path
+        self.log_fh: TextIO = log_path.open("a", encoding="utf-8")
+        self.server = JsonLineServer(socket_path, self.handle, name)
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def start(self) -> LoggedStore:
+        self.server.start()
+        return self
+
+    def worker_config(self) -> dict[str, Any]:
+        return {"socket": str(self.socket_path)}
+
+    def stop(self) -> None:
+        self.server.stop()
+        with self.state.lock:
+            self.state.closed = True
+            self.log_fh.close()
 
 
 class JsonLineClient:
