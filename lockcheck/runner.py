@@ -15,14 +15,12 @@ on disk as it goes, so what was recorded is checked even after a failure.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import platform
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
+from lockcheck.intake import Intake
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
@@ -151,33 +150,33 @@ class Teardown:
         return self.errors
 
 
+def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders) -> Intake:
+    """The workers' ops into the history, watched by the progress counts (every op) and
+    by who holds a lock now (critical-section events). They read events and resource
+    writes whole; of the other ops, their type and f."""
+    def observe(op: dict[str, Any]) -> None:
+        stats.observe(op)
+        if op["type"] == "event":
+            holders.observe(op)
+
+    return Intake(writer, [observe], wants=lambda t, f: t == "event" or f == "write")
+
+
 class WorkerHandle:
-    """A client worker process and the thread that copies its ops into the history."""
+    """A client worker process, and its pipe into the history (`lockcheck/intake.py`)."""
 
-    def __init__(self, index: int, host: str, daemon: LocalDaemon, writer: HistoryWriter,
-                 observers: Sequence[Callable[[dict[str, Any]], None]]) -> None:
-        self.index, self.host, self.daemon, self.writer = index, host, daemon, writer
-        self.observers = observers
-        self.bad_lines = 0
-        self.thread = threading.Thread(target=self._pump, name=f"pump-{daemon.name}",
-                                       daemon=True)
-        self.thread.start()
+    def __init__(self, index: int, host: str, daemon: LocalDaemon, intake: Intake) -> None:
+        self.index, self.host, self.daemon = index, host, daemon
+        assert daemon.popen is not None and daemon.popen.stdout is not None
+        self.source = intake.add(daemon.name, daemon.popen.stdout)
 
-    def _pump(self) -> None:
-        popen = self.daemon.popen
-        assert popen is not None and popen.stdout is not None
-        for raw in popen.stdout:
-            try:
-                op = json.loads(raw)
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            if not isinstance(op, dict):
-                self.bad_lines += 1
-                continue
-            d = self.writer.append(op)
-            for obs in self.observers:
-                obs(d)
+    @property
+    def bad_lines(self) -> int:
+        return self.source.bad_lines
+
+    def drained(self, timeout: float) -> bool:
+        """Until every op the worker wrote is in the history (its pipe has ended)."""
+        return self.source.wait_ended(timeout)
 
     def ask_to_stop(self) -> None:
         popen = self.daemon.popen
@@ -247,6 +246,7 @@ class Run:
         self.writer = HistoryWriter(run_dir / store.HISTORY)
         self.stats = LiveStats()
         self.holders = Holders()
+        self.intake = history_intake(self.writer, self.stats, self.holders)
         self.progress = Progress(out)
         self.teardown = Teardown()
         self.errors: list[str] = []
@@ -266,6 +266,8 @@ class Run:
         spec = self.spec
         self.write_test_json()
         self.teardown.push("close history", self.writer.close)
+        self.intake.start()
+        self.teardown.push("stop copying ops", self.intake.close)
         interrupted, failure = False, None
         self.out.write(f"lockcheck {spec.name}: {spec.nodes} node(s), {spec.concurrency} "
                        f"clients, {spec.keys} key(s), {spec.time_limit:g}s -> {self.run_dir}\n")
@@ -403,8 +405,7 @@ class Run:
                        [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
-        return WorkerHandle(index, host.name, d, self.writer,
-                            [self.stats.observe, self.holders.observe])
+        return WorkerHandle(index, host.name, d, self.intake)
 
     def prepare_faults(self) -> None:
         """What a fault must have in place before the clients connect (a proxy in the
@@ -486,7 +487,7 @@ class Run:
             if not w.daemon.wait(max(0.0, deadline - time.monotonic())):
                 w.daemon.kill()
         for w in workers:
-            w.thread.join(timeout=5)
+            w.drained(timeout=5)
 
     def recover(self) -> None:
         """Every fault is healed: can each lock be taken again? (recorded in the history)"""
@@ -502,7 +503,7 @@ class Run:
                              f"(up to {spec.recover_timeout_s:g}s)", force=True)
         if not w.daemon.wait(spec.recover_timeout_s + spec.op_timeout_s * 2 + 5.0):
             w.daemon.kill()
-        w.thread.join(timeout=5)
+        w.drained(timeout=5)
 
     # -- the end -----------------------------------------------------------------------
 

@@ -63,6 +63,8 @@ class WorkerConfig:
     recover_s: float = 10.0
     options: dict[str, Any] = field(default_factory=dict)
     hold_dist: str | None = None  # a long-tail law (workloads/hold.py); None: uniform
+    # recording on and off in turns of this many seconds (benchmarks/bench_overhead.py)
+    record_phase_s: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -76,7 +78,19 @@ class WorkerConfig:
 
 
 class Recorder:
-    """Writes ops as JSON lines. A lock, because a client library's own thread may log."""
+    """Writes ops as JSON lines. A lock, because a client library's own thread may log.
+
+    Lines go out whenever the worker is about to wait: with each `invoke` (before the
+    request it announces) and before every sleep (`flush`). So no line ever waits in a
+    buffer while the worker waits, the live view of who holds a lock is current, and a
+    worker killed mid-run loses at most what it computed since its last wait; while a
+    round of acquire, section and release costs two writes to the pipe instead of six
+    (docs/benchmarks.md).
+
+    The layout is fixed, `{"time": T, "process": P, "type": "t", "f": "f", "key": ...,
+    "value": ..., ["error": ...,] "worker": W}`, so that the controller can copy a line
+    without decoding it (`lockcheck/intake.py`); only key, value and error go through
+    the JSON encoder."""
 
     def __init__(self, out: IO[str], t0_ns: int, worker: int) -> None:
         self.out = out
@@ -87,18 +101,72 @@ class Recorder:
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
-        d: dict[str, Any] = {"time": time.monotonic_ns() - self.t0, "process": process,
-                             "type": type_, "f": f, "key": key, "value": value}
-        if error is not None:
-            d["error"] = error
-        d["worker"] = self.worker
-        line = json.dumps(d) + "\n"
+        t = time.monotonic_ns() - self.t0
+        p = process if type(process) is int else _dumps(process)
+        k = "null" if key is None else _string(key)
+        err = "" if error is None else f', "error": {_string(error)}'
+        line = (f'{{"time": {t}, "process": {p}, "type": "{type_}", "f": "{f}", "key": {k}, '
+                f'"value": {_dumps(value)}{err}, "worker": {self.worker}}}\n')
         with self.lock:
             try:
                 self.out.write(line)
-                self.out.flush()
+                if type_ == "invoke":
+                    self.out.flush()
             except (BrokenPipeError, ValueError, OSError):
                 self.broken = True  # the controller is gone: stop
+
+    def flush(self) -> None:
+        """Before the worker waits: everything recorded goes out."""
+        with self.lock:
+            try:
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken = True
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """json's own C encoder, made once: `json.dumps` makes one per call, and that was
+    most of what it cost a worker per op (docs/benchmarks.md). The same output."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the plain way
+        return json.JSONEncoder().encode
+
+    def refuse(o: Any) -> Any:
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    it = make(None, refuse, json.encoder.encode_basestring_ascii, None, ": ", ", ", False,
+              False, True)
+    return lambda v: "".join(it(v, 0))
+
+
+_dumps = _json_encoder()
+_string = json.encoder.encode_basestring_ascii
+
+
+class AlternatingRecorder(Recorder):
+    """What recording costs, measured in one run (benchmarks/bench_overhead.py): the
+    same worker records in turns of `phase_s` from the start mark, off first. While
+    off, an op costs a clock read and a count: ok acquires per 100 ms, written to
+    stderr (the worker's log) when it exits."""
+
+    BUCKET_NS = 100_000_000
+
+    def __init__(self, out: IO[str], t0_ns: int, worker: int, phase_s: float) -> None:
+        super().__init__(out, t0_ns, worker)
+        self.phase_ns = int(phase_s * 1e9)
+        self.acquires: dict[int, int] = {}  # 100 ms bucket since t0 -> ok acquires, off
+
+    def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
+                 error: str | None = None) -> None:
+        since = time.monotonic_ns() - self.t0
+        if since // self.phase_ns % 2:
+            super().__call__(process, type_, f, key, value, error)
+        elif type_ == "ok" and f == "acquire":
+            b = since // self.BUCKET_NS
+            self.acquires[b] = self.acquires.get(b, 0) + 1
+
+    def summary(self) -> str:
+        return json.dumps({"worker": self.worker, "unrecorded_acquires": self.acquires})
 
 
 def _lease_value(lease: Lease, **extra: Any) -> dict[str, Any]:
@@ -149,6 +217,7 @@ class CriticalSection:
                 continue
             # wake before the lease clock runs out, to notice it promptly
             wake = min(end, self.next_renew, self.lease.valid_until_ns)
+            self.worker.rec.flush()
             time.sleep(max(0.0, min((wake - now) / 1e9, 0.01)))
 
     def _told_lost(self) -> Reason:
@@ -223,6 +292,7 @@ class Worker:
 
     def backoff(self) -> None:
         lo, hi = self.cfg.backoff_ms
+        self.rec.flush()
         self.stopping.wait(self.rng.uniform(lo, hi) / 1000.0)
 
     def run(self) -> None:
@@ -329,7 +399,8 @@ def main(argv: list[str]) -> int:
     if os.environ.get(FAKED_ENV):  # before the client library is imported
         time.sleep = select_sleep
     cfg = WorkerConfig.from_json(argv[0])
-    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker)
+    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker) if cfg.record_phase_s is None else \
+        AlternatingRecorder(sys.stdout, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
@@ -349,9 +420,12 @@ def main(argv: list[str]) -> int:
             else:
                 w.run()
     finally:
+        rec.flush()
         for c in {id(c): c for c in clients.values()}.values():
             with contextlib.suppress(Exception):
                 c.close()
+        if isinstance(rec, AlternatingRecorder):
+            print(rec.summary(), file=sys.stderr, flush=True)
     return 0
 
 

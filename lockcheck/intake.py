@@ -1,0 +1,172 @@
+"""Worker ops into the history: one thread reads every worker's pipe as ops arrive.
+
+A worker prints each op as one JSON line in a fixed layout (`workloads/worker.py:
+Recorder`: `{"time": ..., "process": ..., "type": "...", "f": "...", ...}`). The
+intake does not decode and re-encode what it copies: it takes the complete lines each
+pipe has, prefixes each with its `index`, and appends them with one write and one
+flush per wake-up (`HistoryWriter.append_lines`). So the history is still written as
+the run goes and is readable after a crash up to the last complete line, at a small
+part of the cost of a parse, a dump and a flush per line (docs/benchmarks.md).
+
+Observers (the progress counts, who holds a lock now) see every op: the whole op when
+`wants(type, f)` says they need it (critical-section events, resource writes), only
+its `index`, `type` and `f` otherwise. A line not in the layout is dropped and
+counted, never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from lockcheck.history import HistoryWriter
+
+Observer = Callable[[dict[str, Any]], None]
+CHUNK = 1 << 16
+GATHER_S = 0.002  # how long a wake-up waits for more workers' lines (the history's lag)
+# the head of a line in the Recorder's layout: time, process, then type and f
+_LAYOUT = re.compile(r'\{"time": -?\d+, "process": (?:-?\d+|"[^"\\]*"), '
+                     r'"type": "(\w+)", "f": "([^"\\]+)", ')
+
+
+def peek(line: str) -> tuple[str, str] | None:
+    """(type, f) of a line in the Recorder's layout, or None if it is not one."""
+    m = _LAYOUT.match(line) if line.endswith("}\n") else None
+    return (m[1], m[2]) if m is not None else None
+
+
+class Source:
+    """One worker's pipe: the partial line it ended a read with, and whether it ended."""
+
+    def __init__(self, name: str, stream: IO[bytes]) -> None:
+        self.name, self.stream = name, stream
+        self.fd = stream.fileno()
+        self.rest = b""
+        self.bad_lines = 0
+        self.ended = threading.Event()
+
+    def lines(self, chunk: bytes) -> list[str]:
+        data = self.rest + chunk
+        cut = data.rfind(b"\n") + 1
+        self.rest = data[cut:]
+        return data[:cut].decode("utf-8", "replace").splitlines(keepends=True)
+
+    def wait_ended(self, timeout: float) -> bool:
+        return self.ended.wait(timeout)
+
+
+class Intake(threading.Thread):
+    def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
+                 wants: Callable[[str, str], bool], gather_s: float = GATHER_S) -> None:
+        super().__init__(name="intake", daemon=True)
+        self.writer, self.observers, self.wants = writer, list(observers), wants
+        self.gather_s = gather_s
+        self.sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        self.sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._new: list[Source] = []
+        self._closing = self._done = False
+        self.sources: list[Source] = []
+
+    def add(self, name: str, stream: IO[bytes]) -> Source:
+        """Start copying a worker's stdout (the thread must have been started)."""
+        src = Source(name, stream)
+        with self._lock:
+            if self._done:
+                raise RuntimeError("the intake is closed")
+            self._new.append(src)
+            self.sources.append(src)
+        self._wake()
+        return src
+
+    def _wake(self) -> None:
+        with self._lock:
+            if not self._done:  # after the end the fd number may belong to a new file
+                os.write(self._wake_w, b"x")
+
+    def run(self) -> None:
+        live = 0
+        while True:
+            batch: list[tuple[str, str, dict[str, Any]]] = []
+            ready = self.sel.select()
+            if self.gather_s and len(ready) < live:
+                # let the other workers' lines arrive too: one wake-up, one write for all
+                time.sleep(self.gather_s)
+                ready = self.sel.select(0)
+            for key, _ in ready:
+                if key.data is None:
+                    os.read(self._wake_r, 4096)
+                    with self._lock:
+                        new, self._new = self._new, []
+                        closing = self._closing
+                    for src in new:
+                        self.sel.register(src.fd, selectors.EVENT_READ, src)
+                        live += 1
+                    if closing and live == 0:
+                        self._end()
+                        return
+                    continue
+                src = key.data
+                chunk = os.read(src.fd, CHUNK)
+                if chunk:
+                    batch += self._parse(src, src.lines(chunk))
+                    continue
+                self.sel.unregister(src.fd)
+                live -= 1
+                if src.rest:  # cut off mid-line: the worker died while writing
+                    src.bad_lines += 1
+                    src.rest = b""
+                src.ended.set()
+            if batch:
+                self._deliver(batch)
+            with self._lock:
+                if self._closing and live == 0 and not self._new:
+                    self._end()
+                    return
+
+    def _parse(self, src: Source, lines: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+        out: list[tuple[str, str, dict[str, Any]]] = []
+        for line in lines:
+            tf = peek(line)
+            op: dict[str, Any] | None = None
+            if tf is not None and self.wants(*tf):
+                try:
+                    op = json.loads(line)
+                except ValueError:
+                    tf = None
+            if tf is None:
+                src.bad_lines += 1
+                continue
+            out.append((tf[0], line, op if op is not None else {"type": tf[0], "f": tf[1]}))
+        return out
+
+    def _deliver(self, batch: list[tuple[str, str, dict[str, Any]]]) -> None:
+        first = self.writer.append_lines([(t, line) for t, line, _ in batch])
+        for i, (_, _, op) in enumerate(batch):
+            op["index"] = first + i
+            for obs in self.observers:
+                obs(op)
+
+    def _end(self) -> None:
+        with self._lock:
+            self._done = True
+        self.sel.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Once every source has ended (or after `timeout`), stop. Idempotent."""
+        with self._lock:
+            self._closing = True
+        self._wake()
+        if self.is_alive():
+            self.join(timeout)
