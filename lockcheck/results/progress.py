@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
 import time
@@ -50,11 +51,14 @@ class LiveStats:
                     self.saves += 1
 
     def _close(self, key: str, p: Any, start: int, end: int) -> None:
+        # kept sorted by end, so only the few that end after this one began are looked
+        # at (a scan of all of them, on every exit, was most of the intake's cost)
         recent = self.closed.setdefault(key, [])
-        self.overlaps += sum(1 for s, e, q in recent if q != p and max(s, start) < min(e, end))
-        recent.append((start, end, p))
+        later = bisect.bisect_right(recent, start, key=lambda c: c[1])
+        self.overlaps += sum(1 for s, e, q in recent[later:] if q != p and s < end)
+        bisect.insort(recent, (start, end, p), key=lambda c: c[1])
         if len(recent) > self.RECENT:
-            del recent[0]
+            del recent[0]  # the one that ended first
 
     @property
     def violations(self) -> int:
