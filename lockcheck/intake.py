@@ -4,9 +4,12 @@ A worker prints each op as one JSON line in a fixed layout (`workloads/worker.py
 Recorder`: `{"time": ..., "process": ..., "type": "...", "f": "...", ...}`). The
 intake does not decode and re-encode what it copies: it takes the complete lines each
 pipe has, prefixes each with its `index`, and appends them with one write and one
-flush per wake-up (`HistoryWriter.append_lines`). So the history is still written as
-the run goes and is readable after a crash up to the last complete line, at a small
-part of the cost of a parse, a dump and a flush per line (docs/benchmarks.md).
+flush per wake-up (`HistoryWriter.append_lines`); a wake-up first waits `gather_s`
+(2 ms) for the other workers' lines, unless a fault acts on ops the moment they
+arrive (`NemesisKind.prompt`: client-pause). So the history is still written as the
+run goes and is readable after a crash up to the last complete line, at a small part
+of the cost of a thread per worker and a parse, a dump and a flush per line
+(docs/benchmarks.md).
 
 Observers (the progress counts, who holds a lock now) see every op: the whole op when
 `wants(type, f)` says they need it (critical-section events, resource writes), only
@@ -30,7 +33,10 @@ from lockcheck.history import HistoryWriter
 
 Observer = Callable[[dict[str, Any]], None]
 CHUNK = 1 << 16
-GATHER_S = 0.002  # how long a wake-up waits for more workers' lines (the history's lag)
+# how long a wake-up waits for more workers' lines: ten workers' writes then cost a few
+# hundred wake-ups a second instead of thousands (each one a chance for the scheduler to
+# preempt a worker inside its critical section, which costs the others a backoff)
+GATHER_S = 0.002
 # the head of a line in the Recorder's layout: time, process, then type and f
 _LAYOUT = re.compile(r'\{"time": -?\d+, "process": (?:-?\d+|"[^"\\]*"), '
                      r'"type": "(\w+)", "f": "([^"\\]+)", ')

@@ -37,7 +37,7 @@ from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, read_history_full
-from lockcheck.intake import Intake
+from lockcheck.intake import GATHER_S, Intake
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
@@ -150,7 +150,8 @@ class Teardown:
         return self.errors
 
 
-def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders) -> Intake:
+def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
+                   gather_s: float = GATHER_S) -> Intake:
     """The workers' ops into the history, watched by the progress counts (every op) and
     by who holds a lock now (critical-section events). They read events and resource
     writes whole; of the other ops, their type and f."""
@@ -159,7 +160,8 @@ def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders) ->
         if op["type"] == "event":
             holders.observe(op)
 
-    return Intake(writer, [observe], wants=lambda t, f: t == "event" or f == "write")
+    return Intake(writer, [observe], wants=lambda t, f: t == "event" or f == "write",
+                  gather_s=gather_s)
 
 
 class WorkerHandle:
@@ -246,7 +248,9 @@ class Run:
         self.writer = HistoryWriter(run_dir / store.HISTORY)
         self.stats = LiveStats()
         self.holders = Holders()
-        self.intake = history_intake(self.writer, self.stats, self.holders)
+        prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
+        self.intake = history_intake(self.writer, self.stats, self.holders,
+                                     gather_s=0.0 if prompt else GATHER_S)
         self.progress = Progress(out)
         self.teardown = Teardown()
         self.errors: list[str] = []

@@ -35,6 +35,10 @@ class NemesisKind:
     prepare: str | None = None
     min_nodes: int = 1
     min_nodes_why: str = ""
+    # acts on ops the moment they arrive (a client pause aims at a holder, even one that
+    # is releasing right now): the intake then delivers each op at once instead of
+    # gathering a wake-up's worth (lockcheck/intake.py)
+    prompt: bool = False
 
     def make(self, ctx: RunContext) -> Nemesis:
         nem: Nemesis = load(self.build)(ctx)
@@ -118,7 +122,7 @@ NEMESES: dict[str, NemesisKind] = {
         NemesisKind(name="client-pause",
                     description="SIGSTOP a client worker while it holds a lock, for "
                                 "--pause-ms (default 2x TTL): a GC pause of the holder",
-                    build="lockcheck.nemesis.client_pause:client_pause"),
+                    build="lockcheck.nemesis.client_pause:client_pause", prompt=True),
         _clock_kind("clock-skew", "the clocks of one or a minority of the targets set off "
                     "by a random offset of up to --clock-offset-ms, either way",
                     "clock_skew"),

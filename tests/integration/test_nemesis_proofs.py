@@ -1,125 +1,41 @@
 """Each nemesis does what it claims, measured with real traffic and real servers, and
 heals completely: a test here fails if the fault does nothing (or too much).
 
-One cluster for the module: 5 nodes with redis-server under a fake clock, 2 clients,
-and a prober in every namespace (tests/integration/prober.py) that connects, sends
+One cluster for the module (tests/integration/probes.py): 5 nodes with redis-server
+under a fake clock, 2 clients, and a prober in every namespace that connects, sends
 UDP datagrams and times redis PINGs on request. Faults are built through the
-registry, as a run builds them.
+registry, as a run builds them. benchmarks/bench_faults.py measures the same.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from lockcheck.cluster.netns import LocalCluster, LocalNode
 from lockcheck.cluster.node import pid_state
-from lockcheck.cluster.redis import RedisDB
-from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
-from lockcheck.nemesis.api import Nemesis, PrepareContext, RunContext
+from lockcheck.nemesis.api import PrepareContext
 from lockcheck.nemesis.clock import prepare as prepare_clocks
 from lockcheck.nemesis.delay import prepare as prepare_delay
-from lockcheck.nemesis.registry import NEMESES
-from lockcheck.spec import TestSpec
 from tests.conftest import faketime_files, lockcheck_ids_on_host
+from tests.integration.probes import SPEC, Rig, expiry_s, median_rtt, redis_now_ms, rig_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
-PROBER = Path(__file__).with_name("prober.py")
-TCP_PORT, UDP_PORT = 7421, 7422
-SPEC = TestSpec(nodes=5, concurrency=2, ttl_ms=1000, nemesis_interval=1.0,
-                nemesis_duration=30.0, clock_rate=4.0, clock_offset_ms=1500,
-                clock_targets="all", loss_probability=0.3, delay_ms=150)
-
-
-class Prober:
-    def __init__(self, host: LocalNode) -> None:
-        self.host = host
-        self.d = host.spawn("prober", [sys.executable, str(PROBER), str(TCP_PORT),
-                                       str(UDP_PORT)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.d.popen is not None
-        self.popen = self.d.popen
-        assert self.read() == {"ready": True}
-
-    def ask(self, line: str) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write((line + "\n").encode())
-        self.popen.stdin.flush()
-
-    def read(self) -> Any:
-        assert self.popen.stdout is not None
-        return json.loads(self.popen.stdout.readline())
-
-    def __call__(self, line: str) -> Any:
-        self.ask(line)
-        return self.read()
-
-
-class Rig:
-    def __init__(self, cluster: LocalCluster, db: RedisDB) -> None:
-        self.cluster, self.db = cluster, db
-        self.hosts = [*cluster.nodes, *cluster.clients]
-        self.by_name = {h.name: h for h in self.hosts}
-        self.probers = {h.name: Prober(h) for h in self.hosts}
-        self.ctx_prepared: dict[str, Any] = {}
-
-    def matrix(self) -> dict[tuple[str, str], bool]:
-        """Who can open a TCP connection to whom: every prober asks at once."""
-        for h in self.hosts:
-            others = [o.address for o in self.hosts if o is not h]
-            self.probers[h.name].ask("tcp " + " ".join(others))
-        out = {}
-        addr_name = {h.address: h.name for h in self.hosts}
-        for h in self.hosts:
-            for addr, ok in self.probers[h.name].read().items():
-                out[(h.name, addr_name[addr])] = ok
-        return out
-
-    def udp_share(self, src: str, dst: str, n: int = 1000) -> float:
-        self.probers[dst]("count")  # reset
-        assert self.probers[src](f"send {self.by_name[dst].address} {n}") == {"sent": n}
-        received: int = self.probers[dst]("count")["received"]
-        return received / n
-
-    def redis(self, node: str) -> redis.Redis:
-        return redis.Redis(host=self.by_name[node].address, port=6379, socket_timeout=2)
-
-    def nemesis(self, name: str, **spec: Any) -> Nemesis:
-        s = dataclasses.replace(SPEC, **spec)
-        return NEMESES[name].make(RunContext(spec=s, cluster=self.cluster, db=self.db,
-                                             workers=[], holders=lambda: [],
-                                             prepared=self.ctx_prepared))
-
-
 @pytest.fixture(scope="module")
 def rig() -> Iterator[Rig]:
-    c = LocalCluster(SPEC.nodes, SPEC.concurrency, Registry(DEFAULT_STATE_DIR))
-    db = RedisDB(SPEC)
-    db.fake_clock()
-    pids: list[int] = []
-    with c:
-        try:
-            db.setup(c)
-            r = Rig(c, db)
-            yield r
-            assert c.state is not None
-            pids = list(c.state.pids)
-        finally:
-            db.teardown()
-    assert c.run_id not in lockcheck_ids_on_host()
-    assert pids and faketime_files(pids) == [], "libfaketime's files were left in /dev/shm"
+    with rig_up() as r:
+        run_id = r.cluster.run_id
+        yield r
+    assert run_id not in lockcheck_ids_on_host()
+    assert Rig.pids and faketime_files(Rig.pids) == [], "libfaketime's files left in /dev/shm"
 
 
 def expected_links(grudge: dict[str, list[str]], hosts: list[str]) -> dict[tuple[str, str],
@@ -181,12 +97,6 @@ def proxies(rig: Rig) -> Iterator[Any]:
         rig.ctx_prepared.pop("lockcheck.nemesis.delay:prepare")
 
 
-def median_rtt(rig: Rig, src: str, node: str) -> float:
-    r = rig.probers[src](f"rtt {rig.by_name[node].address} 6379 7")
-    assert "ms" in r, r
-    return statistics.median(r["ms"])
-
-
 def test_delay_adds_about_the_delay_asked_for_and_heals(rig: Rig, proxies: Any) -> None:
     base = {n.name: median_rtt(rig, "c0", n.name) for n in rig.cluster.nodes}
     assert max(base.values()) < 40, base  # through the proxy, with no delay
@@ -206,22 +116,6 @@ def test_delay_adds_about_the_delay_asked_for_and_heals(rig: Rig, proxies: Any) 
         assert median_rtt(rig, "c0", n.name) < 60, n.name
     # between nodes, nothing goes through a proxy
     assert all(proxies.proxies[n.name].daemon.alive() for n in rig.cluster.nodes)
-
-
-def redis_now_ms(r: redis.Redis) -> float:
-    s, us = r.time()
-    return s * 1000 + us / 1000
-
-
-def expiry_s(rigs: dict[str, redis.Redis], limit: float = 5.0) -> dict[str, float]:
-    """Seconds until the key `k` is gone on each node."""
-    t0, out = time.monotonic(), {}
-    while len(out) < len(rigs) and time.monotonic() - t0 < limit:
-        for name, r in rigs.items():
-            if name not in out and not r.exists("k"):
-                out[name] = time.monotonic() - t0
-        time.sleep(0.01)
-    return out
 
 
 def test_clock_rate_makes_a_redis_expire_keys_early_and_heals(rig: Rig) -> None:
@@ -267,6 +161,15 @@ def test_clock_bump_and_skew_move_a_redis_clock_and_its_ttls(rig: Rig) -> None:
             assert abs(redis_now_ms(c) - time.time() * 1000) < 100
 
 
+def settled_state(pid: int, want_stopped: bool, timeout: float = 2.0) -> str | None:
+    """The process state once a signal sent to it has landed (a running process takes
+    a moment to stop)."""
+    deadline = time.monotonic() + timeout
+    while (pid_state(pid) == "T") != want_stopped and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pid_state(pid)
+
+
 def test_pause_stops_the_server_and_resumes_it(rig: Rig) -> None:
     nem = rig.nemesis("pause")
     value = nem.start(random.Random(1))
@@ -274,7 +177,7 @@ def test_pause_stops_the_server_and_resumes_it(rig: Rig) -> None:
         for n in rig.cluster.nodes:
             pid = rig.db.servers[n.name].daemon.pid  # type: ignore[union-attr]
             stopped = n.name in value["targets"]
-            assert (pid_state(pid) == "T") == stopped, (n.name, pid_state(pid))
+            assert (settled_state(pid, stopped) == "T") == stopped, (n.name, pid_state(pid))
             r = redis.Redis(host=n.address, port=6379, socket_timeout=0.3)
             if stopped:
                 with pytest.raises(redis.exceptions.TimeoutError):
@@ -284,7 +187,8 @@ def test_pause_stops_the_server_and_resumes_it(rig: Rig) -> None:
     finally:
         nem.stop()
     for n in rig.cluster.nodes:
-        assert pid_state(rig.db.servers[n.name].daemon.pid) != "T"  # type: ignore[union-attr]
+        pid = rig.db.servers[n.name].daemon.pid  # type: ignore[union-attr]
+        assert settled_state(pid, False) != "T"
         assert rig.redis(n.name).ping()
 
 

@@ -97,6 +97,10 @@ def test_redis_offers_the_clock_and_starts_under_it_only_when_asked() -> None:
     assert db.faking is True
 
 
+def test_only_client_pause_needs_ops_the_moment_they_arrive() -> None:
+    assert [k.name for k in NEMESES.values() if k.prompt] == ["client-pause"]
+
+
 def test_prepare_steps_are_shared_and_in_order() -> None:
     assert prepare_steps(["clock-bump", "partition", "delay", "clock-rate"]) == [
         "lockcheck.nemesis.clock:prepare", "lockcheck.nemesis.delay:prepare"]
