@@ -92,19 +92,24 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
             db.teardown()
     phase_ns = int(a.phase * 1e9)
     per_phase: dict[int, int] = {}
+    busy: dict[int, int] = {}
     lines = 0
     with history.open() as fh:
         for line in fh:
             lines += 1
-            if '"type": "ok", "f": "acquire"' in line:
-                p = json.loads(line)["time"] // phase_ns
-                per_phase[p] = per_phase.get(p, 0) + 1
+            for kind, counts in (('"type": "ok", "f": "acquire"', per_phase),
+                                 ('"type": "fail", "f": "acquire"', busy)):
+                if kind in line:
+                    p = json.loads(line)["time"] // phase_ns
+                    counts[p] = counts.get(p, 0) + 1
     for i in range(a.clients):
-        last = (out_dir / f"worker-{i}.log").read_text().strip().splitlines()[-1]
-        for b, n in json.loads(last)["unrecorded_acquires"].items():
-            p = int(b) * BUCKET_NS // phase_ns
-            per_phase[p] = per_phase.get(p, 0) + n
-    return {"per_phase": per_phase, "history_lines": lines, "controller_cpu_s": cpu}
+        last = json.loads((out_dir / f"worker-{i}.log").read_text().strip().splitlines()[-1])
+        for name, counts in (("unrecorded_acquires", per_phase), ("unrecorded_busy", busy)):
+            for b, n in last[name].items():
+                p = int(b) * BUCKET_NS // phase_ns
+                counts[p] = counts.get(p, 0) + n
+    return {"per_phase": per_phase, "busy": busy, "history_lines": lines,
+            "controller_cpu_s": cpu}
 
 
 def main() -> int:
@@ -136,6 +141,11 @@ def main() -> int:
           f"{statistics.median(ratios):.0f} % (quartiles "
           f"{', '.join(f'{q:.0f}' for q in statistics.quantiles(ratios, n=4))}); "
           "target: at least 90 %")
+    contention = {mode: statistics.median(
+        m["busy"].get(p, 0) / max(1, m["per_phase"].get(p, 0)) for p in rate if p % 2 == odd)
+        for mode, odd in (("bare", 0), ("recorded", 1))}
+    print(f"busy acquires per ok acquire: bare {contention['bare']:.2f}, recorded "
+          f"{contention['recorded']:.2f}")
     print(f"history: {m['history_lines']} lines; controller CPU {m['controller_cpu_s']:.1f} s "
           f"in {a.seconds:g} s")
     print(f"load average after: {loadavg()}")

@@ -195,18 +195,17 @@ class HistoryWriter:
             self.counts[t] = self.counts.get(t, 0) + 1
         return d
 
-    def append_lines(self, lines: Sequence[tuple[str, str]]) -> int:
-        """Append ops that arrive already encoded, as (type, line): each line a complete
-        JSON object without `index` ending in a newline. Each gets the next index as its
-        first field; one write and one flush for all. Returns the first index."""
+    def append_lines(self, lines: Sequence[str]) -> int:
+        """Append ops that arrive already encoded: each line a complete JSON object
+        without `index`, ending in a newline. Each gets the next index as its first
+        field; one write and one flush for all (`counts` counts only `append`'s ops).
+        Returns the first index."""
         with self._lock:
             first = self._next
             self._fh.write("".join(f'{{"index": {first + i}, {line[1:]}'
-                                   for i, (_, line) in enumerate(lines)))
+                                   for i, line in enumerate(lines)))
             self._fh.flush()
             self._next += len(lines)
-            for t, _ in lines:
-                self.counts[t] = self.counts.get(t, 0) + 1
         return first
 
     def __len__(self) -> int:

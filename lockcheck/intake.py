@@ -11,10 +11,10 @@ run goes and is readable after a crash up to the last complete line, at a small 
 of the cost of a thread per worker and a parse, a dump and a flush per line
 (docs/benchmarks.md).
 
-Observers (the progress counts, who holds a lock now) see every op: the whole op when
-`wants(type, f)` says they need it (critical-section events, resource writes), only
-its `index`, `type` and `f` otherwise. A line not in the layout is dropped and
-counted, never written.
+Observers (the progress counts, who holds a lock now) see, whole, the ops whose line
+`wants` (critical-section events, resource writes: a substring test, which may let an
+extra line through but never misses one); the others are only copied. A line not in
+the layout is dropped and counted, never written.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import selectors
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from lockcheck.history import HistoryWriter
@@ -37,15 +37,13 @@ CHUNK = 1 << 16
 # hundred wake-ups a second instead of thousands (each one a chance for the scheduler to
 # preempt a worker inside its critical section, which costs the others a backoff)
 GATHER_S = 0.002
-# the head of a line in the Recorder's layout: time, process, then type and f
-_LAYOUT = re.compile(r'\{"time": -?\d+, "process": (?:-?\d+|"[^"\\]*"), '
-                     r'"type": "(\w+)", "f": "([^"\\]+)", ')
+_HEAD, _TAIL = '{"time": ', "}\n"
 
 
-def peek(line: str) -> tuple[str, str] | None:
-    """(type, f) of a line in the Recorder's layout, or None if it is not one."""
-    m = _LAYOUT.match(line) if line.endswith("}\n") else None
-    return (m[1], m[2]) if m is not None else None
+def in_layout(line: str) -> bool:
+    """A complete line as the Recorder writes it (whole JSON objects only, so a line
+    cut off by a dying worker never reaches the history)."""
+    return line.startswith(_HEAD) and line.endswith(_TAIL)
 
 
 class Source:
@@ -68,9 +66,18 @@ class Source:
         return self.ended.wait(timeout)
 
 
+@dataclass
+class Batch:
+    """What one wake-up brought: the lines to write, and the ops read whole (with their
+    place among the lines)."""
+
+    lines: list[str] = field(default_factory=list)
+    whole: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+
 class Intake(threading.Thread):
     def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
-                 wants: Callable[[str, str], bool], gather_s: float = GATHER_S) -> None:
+                 wants: Callable[[str], bool], gather_s: float = GATHER_S) -> None:
         super().__init__(name="intake", daemon=True)
         self.writer, self.observers, self.wants = writer, list(observers), wants
         self.gather_s = gather_s
@@ -101,7 +108,7 @@ class Intake(threading.Thread):
     def run(self) -> None:
         live = 0
         while True:
-            batch: list[tuple[str, str, dict[str, Any]]] = []
+            batch = Batch()
             ready = self.sel.select()
             if self.gather_s and len(ready) < live:
                 # let the other workers' lines arrive too: one wake-up, one write for all
@@ -123,7 +130,7 @@ class Intake(threading.Thread):
                 src = key.data
                 chunk = os.read(src.fd, CHUNK)
                 if chunk:
-                    batch += self._parse(src, src.lines(chunk))
+                    self._parse(src, src.lines(chunk), batch)
                     continue
                 self.sel.unregister(src.fd)
                 live -= 1
@@ -131,33 +138,31 @@ class Intake(threading.Thread):
                     src.bad_lines += 1
                     src.rest = b""
                 src.ended.set()
-            if batch:
+            if batch.lines:
                 self._deliver(batch)
             with self._lock:
                 if self._closing and live == 0 and not self._new:
                     self._end()
                     return
 
-    def _parse(self, src: Source, lines: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
-        out: list[tuple[str, str, dict[str, Any]]] = []
+    def _parse(self, src: Source, lines: list[str], batch: Batch) -> None:
         for line in lines:
-            tf = peek(line)
-            op: dict[str, Any] | None = None
-            if tf is not None and self.wants(*tf):
+            if not in_layout(line):
+                src.bad_lines += 1
+                continue
+            if self.wants(line):
                 try:
                     op = json.loads(line)
                 except ValueError:
-                    tf = None
-            if tf is None:
-                src.bad_lines += 1
-                continue
-            out.append((tf[0], line, op if op is not None else {"type": tf[0], "f": tf[1]}))
-        return out
+                    src.bad_lines += 1
+                    continue
+                batch.whole.append((len(batch.lines), op))
+            batch.lines.append(line)
 
-    def _deliver(self, batch: list[tuple[str, str, dict[str, Any]]]) -> None:
-        first = self.writer.append_lines([(t, line) for t, line, _ in batch])
-        for i, (_, _, op) in enumerate(batch):
-            op["index"] = first + i
+    def _deliver(self, batch: Batch) -> None:
+        first = self.writer.append_lines(batch.lines)
+        for pos, op in batch.whole:
+            op["index"] = first + pos
             for obs in self.observers:
                 obs(op)
 

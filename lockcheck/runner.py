@@ -36,7 +36,7 @@ from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
-from lockcheck.history import HistoryWriter, read_history_full
+from lockcheck.history import HistoryWriter, Op, read_history_full
 from lockcheck.intake import GATHER_S, Intake
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
@@ -152,16 +152,18 @@ class Teardown:
 
 def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
                    gather_s: float = GATHER_S) -> Intake:
-    """The workers' ops into the history, watched by the progress counts (every op) and
-    by who holds a lock now (critical-section events). They read events and resource
-    writes whole; of the other ops, their type and f."""
+    """The workers' ops into the history, watched by the live estimates (critical-section
+    events and resource writes) and by who holds a lock now (the events). The other ops
+    are only copied: the counts by type come from the history at the end."""
     def observe(op: dict[str, Any]) -> None:
         stats.observe(op)
         if op["type"] == "event":
             holders.observe(op)
 
-    return Intake(writer, [observe], wants=lambda t, f: t == "event" or f == "write",
-                  gather_s=gather_s)
+    def wants(line: str) -> bool:
+        return '"type": "event"' in line or '"f": "write"' in line
+
+    return Intake(writer, [observe], wants=wants, gather_s=gather_s)
 
 
 class WorkerHandle:
@@ -248,9 +250,10 @@ class Run:
         self.writer = HistoryWriter(run_dir / store.HISTORY)
         self.stats = LiveStats()
         self.holders = Holders()
-        prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
+        # a fault that acts on ops as they arrive (client-pause) needs them at once
+        self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
         self.intake = history_intake(self.writer, self.stats, self.holders,
-                                     gather_s=0.0 if prompt else GATHER_S)
+                                     gather_s=0.0 if self.prompt else GATHER_S)
         self.progress = Progress(out)
         self.teardown = Teardown()
         self.errors: list[str] = []
@@ -398,7 +401,8 @@ class Run:
             ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, hold_dist=spec.hold_dist,
             seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
-            resource=self.resource.worker_config() if self.resource else None, **kw)
+            resource=self.resource.worker_config() if self.resource else None,
+            prompt=self.prompt, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
@@ -455,7 +459,7 @@ class Run:
     def status(self, elapsed: float) -> str:
         s = self.schedule
         active = ", ".join(s.describe_active()) if s is not None else ""
-        return (f"[{elapsed:5.1f}s/{self.spec.time_limit:g}s] ops {self.stats.ops} | "
+        return (f"[{elapsed:5.1f}s/{self.spec.time_limit:g}s] ops {len(self.writer)} | "
                 f"faults {s.faults if s else 0} (active: {active or 'none'}) | "
                 f"violations so far {self.stats.violations}")
 
@@ -532,11 +536,11 @@ class Run:
                 results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
         results["interrupted"] = interrupted
         results["errors"] = self.errors
-        results["stats"] = {"ops": len(read.ops), "by_type": self.stats.by_type,
+        bt = by_type(read.ops)
+        results["stats"] = {"ops": len(read.ops), "by_type": bt,
                             "faults": self.schedule.faults if self.schedule else 0,
                             "saves": self.stats.saves}
         store.write_json(self.run_dir / store.RESULTS, results)
-        bt = self.stats.by_type
         out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
                   f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
                   f"{results['stats']['faults']} fault(s) injected\n\n")
@@ -555,6 +559,15 @@ class Run:
             out.write(f"{word}: {problem}\n")
         return RunOutcome(self.run_dir, results["valid"], results, interrupted, self.errors,
                           failure)
+
+
+def by_type(ops: Sequence[Op]) -> dict[str, int]:
+    """The clients' ops by type (invoke, ok, fail, info, event), from the history."""
+    out: dict[str, int] = {}
+    for o in ops:
+        if o.process != "nemesis":
+            out[o.type] = out.get(o.type, 0) + 1
+    return out
 
 
 def unique(items: Sequence[str]) -> list[str]:
