@@ -25,8 +25,8 @@ from lockcheck.errors import BadInput
 from lockcheck.spec import parse_range_ms
 
 DEFAULT_CAP = 20  # a long tail is capped at this many times its median or minimum
-SYNTAX = "milliseconds like 200, a range like 50-500, lognormal:MEDIAN:SIGMA[:MAX] or " \
-         "pareto:MIN:ALPHA[:MAX]"
+SYNTAX = "milliseconds like 200 or 50-500, or a long tail: lognormal:MEDIAN:SIGMA[:MAX] " \
+         "or pareto:MIN:ALPHA[:MAX]"
 
 
 @dataclass(frozen=True)

@@ -111,3 +111,31 @@ def test_loss_is_a_lossy_cut_between_its_targets_and_everyone_else(seed: int) ->
         assert sorted(h.blocked) == sorted((addr[p], 0.25) for p in peers)
     loss.stop()
     assert all(h.blocked == [] for h in nodes + clients)
+
+
+def test_partition_primary_asks_the_service_at_every_start() -> None:
+    from types import SimpleNamespace
+
+    from lockcheck.nemesis.api import RunContext
+    from lockcheck.nemesis.partition import partition_primary
+    from lockcheck.spec import TestSpec
+
+    class Service:
+        leader = "n2"
+
+        def primaries(self) -> list[str]:
+            return [self.leader]
+
+    nodes, clients = fake_cluster(3, 2)
+    db = Service()
+    ctx = RunContext(spec=TestSpec(nodes=3), cluster=SimpleNamespace(
+        nodes=nodes, clients=clients), db=db, workers=[], holders=lambda: [])  # type: ignore[arg-type]
+    nem = partition_primary(ctx)
+    first = nem.start(random.Random(0))
+    assert first["kind"] == "primary" and [h for h in first["targets"] if h[0] == "n"] == ["n2"]
+    nem.stop()
+    db.leader = "n3"  # a failover moved it
+    second = nem.start(random.Random(0))
+    assert [h for h in second["targets"] if h[0] == "n"] == ["n3"]
+    assert sorted(second["grudge"]["n3"]) == sorted(
+        x for x in ["n1", "n2", "c0", "c1"] if x not in second["targets"])
