@@ -134,10 +134,13 @@ def all_pids() -> list[int]:
 
 
 def faketime_files(pids: Iterable[int]) -> list[Path]:
-    """libfaketime's shared-memory files of these processes that are still there."""
-    return [p for pid in pids for p in (Path(f"/dev/shm/faketime_shm_{pid}"),
-                                        Path(f"/dev/shm/sem.faketime_sem_{pid}"))
-            if p.exists()]
+    """libfaketime's shared-memory files of these processes that are still there (not
+    counting a PID that is now a live faked process's, reused: the files are its own)."""
+    from lockcheck.cluster.faketime import runs_libfaketime
+
+    return [p for pid in pids if not (proc_alive(pid) and runs_libfaketime(pid))
+            for p in (Path(f"/dev/shm/faketime_shm_{pid}"),
+                      Path(f"/dev/shm/sem.faketime_sem_{pid}")) if p.exists()]
 
 
 def namespaces() -> list[str]:

@@ -93,12 +93,23 @@ def shm_files(pid: int) -> list[Path]:
     return [SHM / f"faketime_shm_{pid}", SHM / f"sem.faketime_sem_{pid}"]
 
 
+def runs_libfaketime(pid: int) -> bool:
+    """The live process `pid` has libfaketime loaded (so its files are its own)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as fh:
+            return "libfaketime" in fh.read()
+    except OSError:
+        return False
+
+
 def remove_shm(pids: Iterable[int]) -> list[Path]:
-    """Delete libfaketime's files of these processes, for those that are gone (a live
-    PID may have been reused by a process that is not ours). Returns what was removed."""
+    """Delete libfaketime's files of these processes, unless the PID belongs to a live
+    process that runs libfaketime (then they are its own; a PID is reused within
+    minutes on a busy machine, and a stale file makes the next faked process with that
+    PID fail to start its clock). Returns what was removed."""
     removed = []
     for pid in set(pids):
-        if pid_alive(pid):
+        if pid_alive(pid) and runs_libfaketime(pid):
             continue
         for p in shm_files(pid):
             with contextlib.suppress(FileNotFoundError):

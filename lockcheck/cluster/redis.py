@@ -164,6 +164,12 @@ class RedisClocks:
     def reset_clock(self, node: str) -> None:
         self.set_clock(node, 0.0)
 
+    def forget_clock_files(self, server: RedisServer, pid: int | None) -> None:
+        """A faked server that was killed leaves libfaketime's files on its node: remove
+        them now, before its PID can be reused by another faked process."""
+        if self.faking and pid is not None:
+            server.node.run(["rm", "-f", *map(str, faketime.shm_files(pid))], check=False)
+
 
 class RedisDB(RedisClocks):
     """Independent Redis masters, one per node (`redis`, `redlock`).
@@ -206,7 +212,10 @@ class RedisDB(RedisClocks):
     # -- capabilities ----------------------------------------------------------------
 
     def kill(self, node: str) -> None:
-        self.servers[node].kill()
+        s = self.servers[node]
+        pid = s.daemon.pid if s.daemon is not None else None
+        s.kill()
+        self.forget_clock_files(s, pid)
 
     def start(self, node: str) -> None:
         s = self.servers[node]

@@ -253,3 +253,23 @@ def test_client_clock_moves_the_wall_clock_but_never_history_times(rig: Rig) -> 
         d.popen.stdin.close()
         d.wait(5)
         rig.ctx_prepared.pop("lockcheck.nemesis.clock:prepare")
+
+
+def test_a_killed_faked_server_leaves_no_clock_files_and_restarts_faked(rig: Rig) -> None:
+    from lockcheck.cluster.faketime import runs_libfaketime, shm_files
+
+    nem = rig.nemesis("kill")
+    before = {n.name: rig.db.servers[n.name].daemon.pid  # type: ignore[union-attr]
+              for n in rig.cluster.nodes}
+    assert all(all(f.exists() for f in shm_files(p)) for p in before.values())
+    value = nem.start(random.Random(3))
+    try:
+        for n in value["targets"]:
+            assert not any(f.exists() for f in shm_files(before[n])), \
+                "SIGKILL left libfaketime's files for a PID that will be reused"
+    finally:
+        nem.stop()
+    for n in value["targets"]:
+        pid = rig.db.servers[n].daemon.pid  # type: ignore[union-attr]
+        assert pid != before[n] and runs_libfaketime(pid), "restarted without its fake clock"
+        assert rig.redis(n).ping()
