@@ -1,8 +1,20 @@
-"""Benchmark: the `linearizable` checker (fenced-mutex) on a large lock history.
+"""Benchmark: the `linearizable` checker (fenced-mutex) on large lock histories.
 
-    python benchmarks/bench_locks.py                 # generate, then check in subprocesses
+    python benchmarks/bench_locks.py                 # the 200,000-op rows (below)
     python benchmarks/bench_locks.py --ops 20000     # smaller
     python benchmarks/bench_locks.py --search-timeout 120
+    python benchmarks/bench_locks.py --shapes all    # the 1,000,000-op rows, four shapes
+    python benchmarks/bench_locks.py --shapes no-fences --ops 200000
+
+`--shapes` writes, per shape, a valid history and one with a planted lie (a refused
+acquire of k0 recorded as ok, with the holder's own fence: a second holder), and checks
+each in a fresh subprocess: read + `check_linearizable`, wall time and peak RSS. The
+shapes (`SHAPES`): `acq-fences` (fences in acquires only, renews and releases carry
+none, no lease tokens: Jepsen's shape), `all-fences` (fences and lease tokens in
+acquires, renews and releases: lockcheck's format), `no-fences` (lease tokens, no
+fences: Redlock), `no-fences-crash5` (the same with 5 % crashed ops). In these any
+`info` retires the process; after an `info` renew the worker releases under its new
+id naming the lease (where it has a token).
 
 It simulates a lease lock service with TTLs (10 keys, 20 clients by default) and
 writes a lockcheck `history.jsonl` of N operations (an invoke plus its completion
@@ -49,7 +61,7 @@ class _Lease:
     holder: int | None = None
     fence: int = 0
     expires: int = 0
-    granted: int = 0
+    token: str | None = None
 
 
 @dataclass
@@ -57,8 +69,15 @@ class _Client:
     worker: int
     process: int
     key: str = ""
+    holding: bool = False
     fence: int | None = None  # the lease it believes it holds
+    lease: str | None = None
     renews_left: int = 0
+    owner_id: int | None = None  # the process that acquired the lease it holds
+
+    @property
+    def owner(self) -> int:
+        return self.process if self.owner_id is None else self.owner_id
 
 
 @dataclass(order=True)
@@ -70,10 +89,35 @@ class _Ev:
     op: dict[str, Any] = field(compare=False, default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What the simulated service and clients write (see the module doc)."""
+
+    fences: bool = True  # ok acquires carry a fence (else null)
+    named: bool = True  # renews and releases name their fence (else they carry none)
+    leases: bool = False  # grants carry a lease token; renews/releases name it
+    crash: float = 0.01  # share of acquires and releases that crash (renews: 0.3 of it)
+    jepsen: bool = False  # any info retires the process (else only acquire/release)
+    plant: bool = False  # one lie: a refused acquire of k0 recorded as ok
+
+
+SHAPES: dict[str, Shape] = {
+    # the 200,000-op rows as before (lockcheck's format of 2026-11)
+    "fenced": Shape(),
+    # the 1,000,000-op rows
+    "acq-fences": Shape(named=False, jepsen=True),
+    "all-fences": Shape(leases=True, jepsen=True),
+    "no-fences": Shape(fences=False, named=False, leases=True, jepsen=True),
+    "no-fences-crash5": Shape(fences=False, named=False, leases=True, jepsen=True, crash=0.05),
+}
+
+
 def generate(
-    path: Path, *, ops: int, keys: int, clients: int, ttl_ms: int, seed: int
+    path: Path, *, ops: int, keys: int, clients: int, ttl_ms: int, seed: int,
+    shape: Shape = SHAPES["fenced"],
 ) -> dict[str, int]:
-    """Write a linearizable lockcheck history of `ops` operations; return counts."""
+    """Write a lockcheck history of `ops` operations; return counts. Linearizable
+    unless ``shape.plant``."""
     rng = random.Random(seed)
     names = [f"k{n}" for n in range(keys)]
     leases = {k: _Lease() for k in names}
@@ -83,6 +127,8 @@ def generate(
     lines: list[tuple[int, int, dict[str, Any]]] = []  # (time, seq, record)
     counts: dict[str, int] = {}
     started = 0
+    planted = not shape.plant
+    tokens = 0
 
     def push(t: int, kind: str, c: _Client, op: dict[str, Any] | None = None) -> None:
         nonlocal seq
@@ -105,6 +151,15 @@ def generate(
         rec["worker"] = c.worker
         lines.append((t, seq, rec))
 
+    def lease_value(c: _Client, **extra: Any) -> dict[str, Any] | None:
+        v: dict[str, Any] = dict(extra)
+        if shape.named:
+            v["fence"] = c.fence
+        if shape.leases:
+            v["fence"] = c.fence if shape.named else None
+            v["lease"] = c.lease
+        return v or None
+
     for w in range(clients):
         push(rng.randint(0, 5 * MS), "start", _Client(w, w))
 
@@ -115,17 +170,17 @@ def generate(
             if started >= ops:
                 continue
             started += 1
-            args: dict[str, Any]
-            if c.fence is None:
+            args: Any
+            if not c.holding:
                 c.key = rng.choice(names)
                 f, args = "acquire", {"ttl_ms": ttl_ms}
             elif c.renews_left > 0:
                 c.renews_left -= 1
-                f, args = "renew", {"ttl_ms": ttl_ms, "fence": c.fence}
+                f, args = "renew", lease_value(c, ttl_ms=ttl_ms)
             else:
-                f, args = "release", {"fence": c.fence}
+                f, args = "release", lease_value(c)
             record(t, c, "invoke", f, args, None)
-            crash = rng.random() < (0.003 if f == "renew" else 0.01)
+            crash = rng.random() < (shape.crash * 0.3 if f == "renew" else shape.crash)
             applies = not crash or rng.random() < 0.5
             t_apply = t + rng.randint(MS // 10, 2 * MS)
             op: dict[str, Any] = {"f": f, "crash": crash}
@@ -143,20 +198,26 @@ def generate(
             if f == "acquire":
                 if not live:
                     lease.fence += rng.choice((1, 1, 1, 2))
-                    lease.holder, lease.expires = c.process, t + ttl
-                    op["result"] = ("ok", {"fence": lease.fence}, None)
+                    lease.holder, lease.expires = c.owner, t + ttl
+                    tokens += 1
+                    lease.token = f"L{tokens}"
+                    op["result"] = ("ok", lease.fence, lease.token)
+                elif not planted and c.key == "k0" and started > ops // 2 and not op["crash"]:
+                    planted = True  # the service lies: a second holder, the same fence
+                    tokens += 1
+                    op["result"] = ("ok", lease.fence, f"L{tokens}")
                 else:
                     op["result"] = ("fail", None, "busy")
             else:
-                mine = live and lease.holder == c.process and lease.fence == c.fence
+                mine = live and lease.holder == c.owner and lease.token == c.lease
                 if mine and f == "renew":
                     lease.expires = t + ttl
-                    op["result"] = ("ok", {"fence": c.fence}, None)
+                    op["result"] = ("ok", None, None)
                 elif mine:
                     lease.holder = None
-                    op["result"] = ("ok", {"fence": c.fence}, None)
+                    op["result"] = ("ok", None, None)
                 else:
-                    op["result"] = ("fail", {"fence": c.fence}, "not-owner")
+                    op["result"] = ("fail", None, "not-owner")
             if not op["crash"]:
                 push(t + rng.randint(MS // 10, 2 * MS), "complete", c, op)
             continue
@@ -166,16 +227,31 @@ def generate(
         value: Any
         if op["crash"]:
             typ, value, error = "info", None, "timeout"
+        elif f == "acquire":
+            typ, fence, error = op["result"][0], op["result"][1], op["result"][2]
+            value = None
+            if typ == "ok":
+                c.fence, c.lease = (fence if shape.fences else None), op["result"][2]
+                value = {"fence": c.fence}
+                if shape.leases:
+                    value["lease"] = c.lease
+                error = None
         else:
-            typ, value, error = op["result"]
+            typ, error = op["result"][0], op["result"][2]
+            value = lease_value(c)
         record(t, c, typ, f, value, error)
         counts[f"{f}:{typ}"] = counts.get(f"{f}:{typ}", 0) + 1
         pause = rng.randint(MS // 2, 5 * MS)
-        if typ == "info" and f in ("acquire", "release"):
+        if typ == "info" and (shape.jepsen or f in ("acquire", "release")):
             c.process += clients  # retire the id, as Jepsen does
-            c.fence = None
+            if f == "renew" and shape.leases:
+                c.renews_left = 0  # still inside: release the lease under the new id
+            else:
+                c.holding = False
+                c.fence = c.lease = c.owner_id = None
         elif f == "acquire" and typ == "ok":
-            c.fence = value["fence"]
+            c.holding = True
+            c.owner_id = c.process
             c.renews_left = rng.choice((0, 0, 1, 1, 2, 3))
             if rng.random() < 0.01:  # the client stalls past its TTL
                 pause = ttl + rng.randint(MS, 20 * MS)
@@ -186,7 +262,8 @@ def generate(
                 c.renews_left = 0  # lost the lease: release (it will be refused)
             pause = rng.randint(MS, ttl // 4)
         elif f == "release":
-            c.fence = None
+            c.holding = False
+            c.fence = c.lease = c.owner_id = None
         elif f == "acquire" and typ == "fail":
             pause = rng.randint(20 * MS, 120 * MS)  # busy: back off
         push(t + pause, "start", c)
@@ -231,6 +308,16 @@ def swap_fences(src: Path, dst: Path, key: str = "k0", nth: int = 1000) -> tuple
     return a, b
 
 
+def _peak_mb() -> float:
+    """This process's peak RSS since it started (VmHWM). Not ru_maxrss: that one keeps
+    the high-water mark across exec, so a child forked from a big parent inherits it."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dict[str, Any]:
     """Run in the subprocess: read, check, report time and peak memory."""
     from lockcheck.checker.api import CheckOptions
@@ -248,13 +335,14 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
             "check_s": round(time.perf_counter() - t1, 2),
             "valid": ls["valid"],
             "certificates": ls["certificates"],
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": _peak_mb(),
         }
     r = check_linearizable(ops, CheckOptions(timeout_s=timeout, extra={"fast_path": fast}))
     t2 = time.perf_counter()
     return {
         "read_s": round(t1 - t0, 2),
         "check_s": round(t2 - t1, 2),
+        "cpu_s": round(time.process_time(), 2),
         "valid": r["valid"],
         "path": r["path"],
         "note": r.get("note", ""),
@@ -262,7 +350,7 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
         "keys_ok": sum(1 for k in r["keys"].values() if k["result"] == "ok"),
         "keys": len(r["keys"]),
         "cache_entries": r.get("search_cache_entries"),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": _peak_mb(),
     }
 
 
@@ -285,6 +373,36 @@ def run_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dic
     return res
 
 
+def run_shapes(args: argparse.Namespace) -> None:
+    """The --shapes rows: per shape a valid history and one with a planted lie."""
+    import dataclasses
+
+    from lockcheck.history import JSON_READER
+
+    names = [n for n in SHAPES if n != "fenced"] if args.shapes == "all" else (
+        args.shapes.split(","))
+    ops = args.ops or 1_000_000
+    print(f"{ops} ops, {args.keys} keys, {args.clients} clients; reader {JSON_READER}")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.dir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            for plant in (False, True):
+                shape = dataclasses.replace(SHAPES[name], plant=plant)
+                p = d / f"{name}{'-lie' if plant else ''}.jsonl"
+                t0 = time.perf_counter()
+                counts = generate(p, ops=ops, keys=args.keys, clients=args.clients,
+                                  ttl_ms=args.ttl_ms, seed=args.seed, shape=shape)
+                size = p.stat().st_size / 1e6
+                info = sum(v for k, v in counts.items() if k.endswith(":info"))
+                print(f"{p.name}: generated in {time.perf_counter() - t0:.0f} s, {size:.0f} MB, "
+                      f"{counts['lines']} lines, {info} info")
+                print(f"  before: {_load()}")
+                res = run_child(p, None, True, False)
+                print(f"  {json.dumps(res)}")
+                p.unlink()
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
@@ -292,7 +410,9 @@ def _load() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ops", type=int, default=200_000)
+    ap.add_argument("--ops", type=int, default=None,
+                    help="operations [200,000; 1,000,000 with --shapes]")
+    ap.add_argument("--shapes", default="", help="comma-separated shapes, or all")
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--ttl-ms", type=int, default=100)
@@ -309,6 +429,10 @@ def main() -> None:
         print(json.dumps(check_child(args.child, args.timeout, bool(args.fast), args.lease)))
         return
 
+    if args.shapes:
+        run_shapes(args)
+        return
+    args.ops = args.ops or 200_000
     with tempfile.TemporaryDirectory() as tmp:
         d = args.dir or Path(tmp)
         d.mkdir(parents=True, exist_ok=True)

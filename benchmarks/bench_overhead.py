@@ -74,7 +74,7 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                     keys=key_names(spec.keys), ttl_ms=spec.ttl_ms, hold_ms=(0, 0), seed=1,
                     t0_ns=t0, op_timeout_s=spec.op_timeout_s, record_phase_s=a.phase)
                 d = host.spawn(f"worker-{i}",
-                               [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
+                               [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                                log_path=out_dir / f"worker-{i}.log",
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 workers.append(WorkerHandle(i, host.name, d, intake))

@@ -6,9 +6,10 @@
 
 Three measurements, printed as tables:
 
-1. cluster up / down: a LocalCluster with 1 and with 5 nodes plus 10 client namespaces,
-   redis-server started on every node and answering PING ("up"), then every server
-   killed and the cluster removed ("down"); the median of 5 (and min/max).
+1. cluster up / down, per backend: a LocalCluster with the backend's default nodes (for
+   redis 1 and 5) plus 10 client namespaces and the backend's database set up until it
+   serves ("up"), then every server stopped and the cluster removed ("down"); the
+   median of 5 (and min/max).
 2. throughput: `lockcheck test --nemesis none --hold-ms 0 --concurrency 10 --keys 10
    --time-limit 10` against one Redis node. ops/s = history lines of type ok, fail or
    info per second of history (first to last record); acquisitions/s = `ok` acquires
@@ -59,44 +60,47 @@ def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
 # -- 1. cluster up / down -----------------------------------------------------------------
 
 
-def cluster_cycle(n_nodes: int, n_clients: int) -> tuple[float, float]:
+def cluster_cycle(backend: str, n_nodes: int, n_clients: int) -> tuple[float, float]:
+    """One cluster of `backend`: (seconds until it serves, seconds to remove it all)."""
+    from lockcheck.backends import BACKENDS
     from lockcheck.cluster.netns import LocalCluster
-    from lockcheck.cluster.redis import RedisService
     from lockcheck.cluster.state import Registry
+    from lockcheck.spec import TestSpec
 
+    db = BACKENDS[backend].make_db(TestSpec(backend=backend, nodes=n_nodes, nemesis=()))
     c = LocalCluster(n_nodes, n_clients, Registry(), kind="test")
-    services: list[RedisService] = []
     t0 = time.perf_counter()
     try:
         c.up()
-        for n in c.nodes:
-            svc = RedisService(node=n, workdir=c.workdir / n.name,
-                               log_path=c.workdir / n.name / "redis.log")
-            svc.start()  # returns once redis answers PING
-            services.append(svc)
+        db.setup(c)  # returns once the whole ensemble serves (an active probe)
         t_up = time.perf_counter() - t0
     finally:
         t1 = time.perf_counter()
-        for s in services:
-            s.kill()
+        db.teardown()
         c.down()
         t_down = time.perf_counter() - t1
     return t_up, t_down
 
 
-def bench_cluster(repeat: int) -> list[tuple[Any, ...]]:
+def bench_cluster(repeat: int, backends: list[str]) -> list[tuple[Any, ...]]:
+    from lockcheck.backends import BACKENDS
+
     rows: list[tuple[Any, ...]] = []
-    for n_nodes in (1, 5):
-        ups, downs = [], []
-        for _ in range(repeat):
-            u, d = cluster_cycle(n_nodes, 10)
-            ups.append(u)
-            downs.append(d)
-        rows.append((f"{n_nodes} node(s) + 10 clients",
-                     f"{statistics.median(ups):.2f}", f"{min(ups):.2f}-{max(ups):.2f}",
-                     f"{statistics.median(downs):.2f}", f"{min(downs):.2f}-{max(downs):.2f}"))
-        print(f"  cluster {n_nodes}+10: up {[round(x, 2) for x in ups]} "
-              f"down {[round(x, 2) for x in downs]}", flush=True)
+    for name in backends:
+        sizes = [BACKENDS[name].default_nodes]
+        if name == "redis":
+            sizes = [1, 5]
+        for n_nodes in sizes:
+            ups, downs = [], []
+            for _ in range(repeat):
+                u, d = cluster_cycle(name, n_nodes, 10)
+                ups.append(u)
+                downs.append(d)
+            rows.append((name, f"{n_nodes} + 10 clients",
+                         f"{statistics.median(ups):.2f}", f"{min(ups):.2f}-{max(ups):.2f}",
+                         f"{statistics.median(downs):.2f}", f"{min(downs):.2f}-{max(downs):.2f}"))
+            print(f"  {name} {n_nodes}+10: up {[round(x, 2) for x in ups]} "
+                  f"down {[round(x, 2) for x in downs]}", flush=True)
     return rows
 
 
@@ -175,6 +179,8 @@ def main() -> int:
     ap.add_argument("--only", default="cluster,throughput,detection",
                     help="comma list of cluster, throughput, detection")
     ap.add_argument("--keep", action="store_true", help="keep the results directory")
+    ap.add_argument("--backends", default=None,
+                    help="comma list for the cluster rows [every default backend]")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_slice: needs root (network namespaces)")
@@ -190,11 +196,16 @@ def main() -> int:
     out: list[str] = []
     try:
         if "cluster" in only:
-            rows = bench_cluster(a.repeat)
+            from lockcheck.backends import BACKENDS
+
+            names = (a.backends.split(",") if a.backends else
+                     [b.name for b in BACKENDS.values() if b.name == b.family])
+            rows = bench_cluster(a.repeat, names)
             out.append(f"Cluster up/down, seconds (median of {a.repeat}; up = namespaces, "
-                       "bridge and redis answering PING; down = servers killed, cluster "
-                       "removed)\n" + table(rows, ("cluster", "up median", "up range",
-                                                   "down median", "down range")))
+                       "bridge and the whole ensemble serving (an active probe); down = "
+                       "servers stopped, cluster removed)\n"
+                       + table(rows, ("backend", "nodes", "up median", "up range",
+                                      "down median", "down range")))
         if "throughput" in only:
             rows = bench_throughput(results)
             out.append("Harness throughput, one Redis node, 10 client processes\n"

@@ -48,6 +48,13 @@ class Backend:
         factory: ClientFactory = load(self.client)
         return factory
 
+    def prepare(self, db: DB, spec: TestSpec) -> None:
+        """The backend's one-off preparation once its database serves (a table, say),
+        run from the controller: `options["setup"]` names it as "module:function"."""
+        setup = self.options.get("setup")
+        if setup:
+            load(str(setup))(db.client_config(), spec)
+
     def library_version(self) -> str:
         try:
             return importlib.metadata.version(self.library)
@@ -70,6 +77,44 @@ def _redis(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _redlock(**kw: Any) -> Backend:
+    """Redlock backends: pottery's Redlock over N independent Redis masters."""
+    base: dict[str, Any] = dict(
+        family="redlock", db="lockcheck.cluster.redis:RedisDB",
+        client="lockcheck.locks.redlock:make_clients", library="pottery",
+        binaries=("redis-server",), default_nodes=5, min_nodes=3)
+    return Backend(**{**base, **kw})
+
+
+def _etcd(**kw: Any) -> Backend:
+    """etcd 3.4 backends: our client of etcd's v3lock service over the JSON gateway."""
+    base: dict[str, Any] = dict(
+        family="etcd", db="lockcheck.cluster.etcd:EtcdDB",
+        client="lockcheck.locks.etcd:make_clients", library="requests",
+        binaries=("etcd",), default_nodes=3)
+    return Backend(**{**base, **kw})
+
+
+def _sentinel(**kw: Any) -> Backend:
+    """Redis with Sentinel failover: redis-py's Sentinel client on the current primary."""
+    base: dict[str, Any] = dict(
+        family="redis-sentinel", db="lockcheck.cluster.sentinel:SentinelDB",
+        client="lockcheck.locks.sentinel:make_clients", library="redis",
+        fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
+              "replicated asynchronously, so a failover can repeat or lower it",
+        default_nodes=3, min_nodes=3, binaries=("redis-server", "redis-sentinel"))
+    return Backend(**{**base, **kw})
+
+
+def _postgres(**kw: Any) -> Backend:
+    """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
+    base: dict[str, Any] = dict(
+        family="postgres", db="lockcheck.cluster.postgres:PostgresDB",
+        client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
+        binaries=("/usr/lib/postgresql/15/bin/postgres",))  # setpriv, unshare: util-linux
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -80,6 +125,148 @@ BACKENDS: dict[str, Backend] = {
             fence="INCR of a per-name counter in the same Lua script as the grant",
             expect="safe without faults; a master restarted empty (kill) or a paused "
                    "holder (client-pause) gives overlapping holders",
+        ),
+        _redis(
+            name="redis-get-del",
+            description="single-instance Redis, released by GET, a compare in the client, "
+                        "then DEL: two commands, no Lua",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a holder paused between its GET and its DEL deletes the next holder's "
+                   "lock (client-pause): another client is granted it while that holder's "
+                   "lease is valid",
+            options={"release": "get-del"}, unsafe=True,
+        ),
+        _redis(
+            name="redis-no-ttl",
+            description="single-instance Redis, SET NX without PX (redis-py's default "
+                        "timeout=None); renewal only confirms ownership",
+            fence="INCR of a per-name counter in the same Lua script as the grant",
+            expect="a paused holder keeps the lock (no overlap under client-pause), but a "
+                   "lost release or an acquire whose reply was lost (partition) leaves the "
+                   "lock held forever: the recovery phase fails",
+            options={"ttl": False}, unsafe=True,
+        ),
+        _redlock(
+            name="redlock",
+            description="Redlock on N independent masters: pottery Redlock (SET NX PX on a "
+                        "quorum, validity = TTL - elapsed - drift), per-master timeouts, "
+                        "no retries",
+            fence=None,
+            expect="a paused holder overlaps the next (client-pause); a majority of masters "
+                   "restarted empty inside one TTL grants twice (kill --kill-targets "
+                   "majority), not with --restart-delay-ms above the TTL",
+        ),
+        _redlock(
+            name="redlock-fenced",
+            description="redlock plus a fence from pottery NextID (a quorum counter on the "
+                        "same masters), taken right after each grant",
+            fence="pottery NextID over the same masters (in memory: masters restarted "
+                  "empty make it go back)",
+            expect="with the fenced workload the resource rejects a paused holder's stale "
+                   "write (client-pause); a majority restarted empty makes fences regress",
+            options={"fence": "nextid"},
+        ),
+        _etcd(
+            name="etcd",
+            description="etcd 3.4 cluster: v3lock (the server-side Mutex recipe) over the "
+                        "JSON gateway with a lease per grant, renewed by keepalive, released "
+                        "by revoke; a watcher thread reports a lost lease",
+            fence="create_revision of the lock key (cluster-wide monotonic, one per grant)",
+            expect="safe under partition, kill and pause; a holder paused past its lease "
+                   "(client-pause) gives overlapping holders, which the fence stops at "
+                   "the resource",
+        ),
+        _etcd(
+            name="etcd-lease-fence",
+            description="etcd as above, but the lease ID is used as the fence (etcd's own "
+                        "contrib/lock example); workers start on different members",
+            fence="lease ID (high bits: the member that granted it; not monotonic)",
+            expect="fences go backwards across members even without faults: the fencing "
+                   "checker reports regressions and the fenced resource refuses current "
+                   "holders",
+            options={"fence": "lease"}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd-no-keepalive",
+            description="etcd as above, but nothing keeps the lease alive: renew() only "
+                        "extends the client's own belief (a keepalive thread that died "
+                        "silently)",
+            fence="create_revision of the lock key",
+            expect="a critical section longer than the lease (--hold-ms above 2 s) overlaps "
+                   "the next holder with no fault at all",
+            options={"keepalive": False}, unsafe=True,
+        ),
+        _etcd(
+            name="etcd3gw-with",
+            description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
+                        "`with`, which enters whether or not acquire() got the lock",
+            client="lockcheck.locks.etcd3gw_lock:make_clients", library="etcd3gw",
+            fence=None,
+            expect="overlapping holders with no fault at all: every contended acquire "
+                   "enters the critical section; the release then says not-owner",
+            unsafe=True,
+        ),
+        _sentinel(
+            name="redis-sentinel",
+            description="a Redis primary, replicas and a Sentinel per node (quorum: a "
+                        "majority); redis-py Sentinel.master_for finds the primary, the "
+                        "redis backend's Lua lock and fence counter run there",
+            expect="safe without faults; a failover (partition-primary, failover) loses "
+                   "keys the old primary granted, so the lock is granted twice, and a "
+                   "primary restarted empty (kill, kill-primary) wipes its replicas",
+        ),
+        _sentinel(
+            name="redis-sentinel-wait", unsafe=True,
+            description="redis-sentinel, and every grant and renewal waits for all "
+                        "replicas to acknowledge it (WAIT); fewer in time is info",
+            expect="no overlapping holders under partition-primary or failover in our "
+                   "runs (a grant the replicas lack is never believed), at the cost of no "
+                   "lock while any replica is missing; a primary restarted empty (kill) "
+                   "still wipes its replicas",
+            options={"wait_replicas": "all"},
+        ),
+        _sentinel(
+            name="redis-sentinel-min-replicas", unsafe=True,
+            description="redis-sentinel, and each Redis refuses writes unless a replica "
+                        "acknowledged it within 1 s (min-replicas-to-write 1)",
+            expect="a cut-off primary refuses writes within 1-2 s (NOREPLICAS), so in our "
+                   "runs holders' 1 s leases ran out before the failover: no overlap, by "
+                   "timing; fences still repeat, and a primary restarted empty still wipes "
+                   "its replicas",
+            options={"min_replicas": 1},
+        ),
+        _postgres(
+            name="postgres",
+            description="the brief's lease table: INSERT ... ON CONFLICT DO UPDATE WHERE "
+                        "expired by the server's clock, renew/release by owner and fence",
+            fence="the lease row's counter, +1 from the row on every grant, kept across "
+                  "releases",
+            expect="safe under server faults (the lease lives in a row, expired by the "
+                   "server's clock); a paused holder (client-pause) overlaps the next one, "
+                   "and the fence stops its stale write",
+            options={"lock": "lease-table",
+                     "setup": "lockcheck.locks.postgres:create_schema"},
+        ),
+        _postgres(
+            name="postgres-advisory",
+            description="session pg_try_advisory_lock on the worker's one autocommit "
+                        "connection (tooz, django-pglocks); no TTL",
+            fence=None,
+            expect="a holder whose session is terminated (failover) keeps working until "
+                   "its next query while another client already holds the lock; a paused "
+                   "holder (client-pause) keeps its lock: there is no TTL",
+            options={"lock": "advisory", "advisory_key": "stable"},
+            unsafe=True,
+        ),
+        _postgres(
+            name="postgres-advisory-hash",
+            description="session advisory lock keyed by Python's hash(name) & 0x7FFFFFFF, "
+                        "which is salted per process",
+            fence=None,
+            expect="no mutual exclusion even without faults: each worker process locks a "
+                   "different key for the same name",
+            options={"lock": "advisory", "advisory_key": "python-hash"},
+            unsafe=True,
         ),
     ]
 }

@@ -62,7 +62,8 @@ def main() -> None:
               help="Lock service and client (see: lockcheck backends).")
 @click.option("--workload", default="mutex", show_default=True,
               help="mutex (acquire/hold/release), fenced (also write to a fenced "
-                   "resource) or lock-set (read, hold, write back to an unprotected set).")
+                   "resource), lock-set (read, hold, write back to an unprotected set) or "
+                   "settlement (a payment per merchant-day in PostgreSQL).")
 @click.option("--nemesis", default="partition", show_default=True,
               help="none, or faults (see: lockcheck backends), comma-separated.")
 @click.option("--provider", default="local", show_default=True,
@@ -86,8 +87,13 @@ def main() -> None:
                    "them at once).")
 @click.option("--restart-delay-ms", type=int, default=100, show_default=True,
               help="After a kill, restart the server this much later.")
+@click.option("--kill-targets", default="one-or-minority", show_default=True,
+              help="Which servers a kill hits: one-or-minority, one, minority, majority, all.")
 @click.option("--pause-ms", type=int, default=None,
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
+@click.option("--pause-at", default="section", show_default=True,
+              help="client-pause: stop a holder inside its critical section (section) or "
+                   "as it leaves it, while it releases (release).")
 @click.option("--clock-offset-ms", type=int, default=None,
               help="clock-skew/bump/strobe: how far a clock moves [default: 2x TTL].")
 @click.option("--clock-rate", type=float, default=4.0, show_default=True,
@@ -141,7 +147,8 @@ def test(**o: Any) -> int:
             ttl_ms=o["ttl_ms"], hold_ms=hold.bounds, hold_dist=hold.dist,
             nemesis_interval=o["nemesis_interval"], nemesis_duration=o["nemesis_duration"],
             nemesis_mode=o["nemesis_mode"], restart_delay=o["restart_delay_ms"] / 1000,
-            pause_ms=o["pause_ms"], clock_offset_ms=o["clock_offset_ms"],
+            kill_targets=o["kill_targets"], pause_ms=o["pause_ms"], pause_at=o["pause_at"],
+            clock_offset_ms=o["clock_offset_ms"],
             clock_rate=o["clock_rate"], clock_period_ms=o["clock_period_ms"],
             clock_targets=o["clock_targets"], loss_probability=o["loss_probability"],
             delay_ms=o["delay_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
@@ -179,7 +186,8 @@ def backends(as_json: bool) -> int:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--model", default=None,
-              help="mutex, fenced-mutex, cas-register, register, kv, or a checker name.")
+              help="mutex, fenced-mutex, cas-register, register, multi-register, kv, or a "
+                   "checker name.")
 @click.option("--format", "fmt", default=None,
               help="lockcheck, jepsen-edn, porcupine-etcd, porcupine-kv [default: by file].")
 @click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
@@ -188,23 +196,141 @@ def backends(as_json: bool) -> int:
               help="Write the visualization of each failed check into this folder.")
 @click.option("--allow-truncated", is_flag=True,
               help="Ignore an incomplete last line (a run that was killed).")
+@click.option("--initial", default=None,
+              help="Register models: the initial value, JSON or EDN (0, '{\"x\": 0}', "
+                   "'{:x 0}') [default: nil].")
+@click.option("--no-report", is_flag=True, help="Do not write report.html into run folders.")
 def check(paths: tuple[Path, ...], model: str | None, fmt: str | None, timeout: float | None,
-          as_json: bool, html_dir: Path | None, allow_truncated: bool) -> int:
-    """Re-check stored runs or history files, without any cluster."""
+          as_json: bool, html_dir: Path | None, allow_truncated: bool,
+          initial: str | None, no_report: bool) -> int:
+    """Re-check stored runs or history files, without any cluster.
+
+    For a run folder it also writes (or refreshes) the folder's report.html."""
     from lockcheck.checker.analyze import check_path
+    from lockcheck.checker.external import parse_initial
     from lockcheck.results.progress import verdict_word
 
+    start = None if initial is None else parse_initial(initial)
     verdicts: list[object] = []
     for p in paths:
         r = check_path(p, model=model, fmt=fmt, timeout=timeout, html_dir=html_dir,
-                       allow_truncated=allow_truncated)
+                       allow_truncated=allow_truncated, initial=start)
         verdicts.append(r["valid"])
+        if not no_report and "checkers" in r and model is None and fmt in (None, "lockcheck"):
+            _refresh_report(p, r)
         if as_json:
             click.echo(json.dumps(r, default=str))
         else:
             detail = r.get("summary") or ""
             click.echo(f"{p}: {verdict_word(r['valid'])} ({r.get('elapsed_s', 0):.2f}s) {detail}")
     return exitcodes.for_verdict(exitcodes.merge_valid(verdicts))
+
+
+def _refresh_report(path: Path, results: dict[str, Any]) -> None:
+    """report.html of a checked run folder; a failure here never costs the verdict."""
+    from lockcheck.results.report import write_report
+    from lockcheck.results.store import is_run_dir
+
+    if not is_run_dir(path):
+        return
+    try:
+        results["report"] = str(write_report(path, results=results))
+    except Exception as e:
+        click.echo(f"lockcheck: warning: {path}: report not written: {type(e).__name__}: {e}",
+                   err=True)
+
+
+# `test` options that test-all passes through to every run (all but these, which
+# test-all sets itself or which make no sense for a matrix)
+NOT_PASSED_THROUGH = frozenset({"backend", "workload", "nemesis", "test_count", "time_limit",
+                                "results_dir", "leave_running", "subnet", "seed"})
+
+
+def _pass_through_options(f: Any) -> Any:
+    for p in reversed(test.params):
+        if isinstance(p, click.Option) and p.name not in NOT_PASSED_THROUGH:
+            f = click.option(*p.opts, p.name, type=None if p.is_flag else p.type,
+                             is_flag=p.is_flag, default=None,
+                             help=f"Passed to each test: {p.help or ''}")(f)
+    return f
+
+
+def _pass_through_args(o: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for p in test.params:
+        if not isinstance(p, click.Option) or p.name in NOT_PASSED_THROUGH:
+            continue
+        v = o.get(p.name or "")
+        if v is None or v is False:
+            continue
+        args += [p.opts[0]] if p.is_flag else [p.opts[0], str(v)]
+    return args
+
+
+@main.command("test-all")
+@click.option("--backends", multiple=True,
+              help="Backends, space- or comma-separated, or repeated [default: every one].")
+@click.option("--nemeses", multiple=True,
+              help="Nemeses, space- or comma-separated; join faults run together with + "
+                   "(kill+pause) [default: none partition kill pause client-pause].")
+@click.option("--workloads", multiple=True, help="Workloads [default: mutex fenced].")
+@click.option("--test-count", type=int, default=1, show_default=True,
+              help="Runs per cell (each a separate test).")
+@click.option("--time-limit", type=float, default=30.0, show_default=True,
+              help="Seconds per run.")
+@click.option("--results-dir", default="results", show_default=True,
+              type=click.Path(path_type=Path))
+@click.option("--seed", type=int, default=None,
+              help="Seed of every cell's first run (+1 per further run) [default: random].")
+@click.option("--cell-timeout", type=float, default=None,
+              help="Stop a run that takes longer than this many seconds "
+                   "[default: 2 x time limit + 300].")
+@_pass_through_options
+def test_all(**o: Any) -> int:
+    """Run a matrix of tests (backends x workloads x nemeses), one after another.
+
+    Each run is a separate `lockcheck test` process with its output in a log file;
+    a failing or crashing run is recorded and the matrix goes on. Exit code: 1 if any
+    run was unsafe, 2 if any was unknown or failed, 0 if all were safe."""
+    from lockcheck.results.matrix import known_names, run_test_all, split_names
+
+    kb, kw, kn = known_names()
+    backends = split_names(o["backends"]) or sorted(kb)
+    workloads = split_names(o["workloads"]) or [w for w in ("mutex", "fenced") if w in kw]
+    nemeses = split_names(o["nemeses"]) or [
+        n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
+    return run_test_all(backends=backends, workloads=workloads, nemeses=nemeses,
+                        count=o["test_count"], time_limit=o["time_limit"],
+                        results_dir=o["results_dir"], pass_through=_pass_through_args(o),
+                        seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Where index.html and report.md go [default: RESULTS_DIR].")
+def compare(results_dir: Path, out_dir: Path | None) -> int:
+    """Compare every run in a results folder: index.html and report.md.
+
+    Rows are backends, columns nemeses, one table per workload; each cell links to
+    its runs' reports (written where missing)."""
+    from lockcheck.results.compare import compare as build
+
+    index, md = build(results_dir, out_dir or results_dir)
+    click.echo(f"{index}\n{md}")
+    return 0
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0 opens it to the network).")
+@click.option("--port", type=int, default=8080, show_default=True, help="0 picks a free one.")
+def serve(results_dir: Path, host: str, port: int) -> int:
+    """Serve a results folder (reports, logs, the comparison) over HTTP."""
+    from lockcheck.results.serve import serve as run_server
+
+    return run_server(results_dir, host, port, sys.stdout)
 
 
 @main.group()
@@ -242,6 +368,7 @@ def cluster_up(backend: str, nodes: int | None, clients: int, provider: str,
     try:
         c.up()
         db.setup(c)
+        b.prepare(db, spec)
         services = db.describe()
         info = c.describe()
         c.keep(services)

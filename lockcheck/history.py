@@ -5,10 +5,12 @@ The format is documented in docs/history-format.md; keep the two in step.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,6 +20,11 @@ Process = int | str  # an int for clients, "nemesis" for faults
 _KNOWN = frozenset({"index", "time", "process", "type", "f", "key", "value", "error", "worker"})
 _NO_EXTRA: dict[str, Any] = {}  # shared and never mutated: most lines have no extra fields
 TYPES = frozenset({"invoke", "ok", "fail", "info", "event"})
+# One object per distinct short string (f, key, error, type): a parser makes a new string
+# per line, and a history of millions of lines repeats a handful of them.
+_STRINGS: dict[str, str] = {t: t for t in TYPES}
+_STRINGS_OF_TYPES = dict(_STRINGS)
+_SHARED_VALUES = 4096  # recent small values kept for sharing (docs/benchmarks-locks.md)
 COMPLETIONS = frozenset({"ok", "fail", "info"})
 
 
@@ -101,9 +108,16 @@ def op_from_json(d: Any, *, where: tuple[str, int] = ("<memory>", 0)) -> Op:
     error = d.get("error")
     worker = d.get("worker")
     extra = _NO_EXTRA if d.keys() <= _KNOWN else {k: v for k, v in d.items() if k not in _KNOWN}
+    strings = _STRINGS
+    if len(strings) < 100_000:
+        f = strings.setdefault(f, f)
+        if key is not None:
+            key = strings.setdefault(key, key)
+        if type(error) is str:
+            error = strings.setdefault(error, error)
     return Op(
         process=process,
-        type=typ,
+        type=strings[typ],
         f=f,
         key=key,
         value=d.get("value"),
@@ -121,37 +135,154 @@ class ReadResult:
     truncated_line: int | None  # line number of an incomplete last line, if any
 
 
-_decode = json.JSONDecoder().raw_decode  # skips json.loads' per-call wrapper
+def _stdlib_loads() -> Callable[[str], Any]:
+    decode = json.JSONDecoder().raw_decode  # skips json.loads' per-call wrapper
+
+    def loads(text: str) -> Any:
+        text = text.strip()
+        d, end = decode(text)
+        if end != len(text):
+            raise json.JSONDecodeError("extra data after the object", text, end)
+        return d
+
+    return loads
+
+
+try:  # orjson parses a history line 3-4x faster than the stdlib (docs/benchmarks-locks.md)
+    import orjson
+
+    _loads: Callable[[str], Any] = orjson.loads
+    JSON_READER = f"orjson {orjson.__version__}"
+except ImportError:  # pragma: no cover - orjson is a dependency; this keeps a bare copy working
+    _loads = _stdlib_loads()
+    JSON_READER = "json (stdlib)"
+_stdlib = _stdlib_loads()
+
+
+def _has_float(x: Any) -> bool:
+    if type(x) is float:
+        return True
+    if type(x) is dict:
+        return any(_has_float(v) for v in x.values())
+    if type(x) is list:
+        return any(_has_float(v) for v in x)
+    return False
+
+
+def _exact(value: Any, raw: str) -> Any:
+    """`value` as the stdlib reads it when orjson gave a float somewhere in it: orjson
+    reads an integer beyond 64 bits as a float; the stdlib keeps it exact."""
+    if _loads is _stdlib or not _has_float(value):
+        return value
+    return _stdlib(raw).get("value")
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Reading allocates millions of objects and no cycles: the collector would walk
+    the growing list again and again for nothing (reading took twice as long)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def read_history_lines(
     lines: Iterable[str], path: str = "<memory>", *, allow_truncated: bool = False
 ) -> ReadResult:
+    """Parse and validate lines. A completion (`ok`/`fail`/`info`) of a client process
+    with no open invoke of the same process and `f` before it is malformed."""
     ops: list[Op] = []
     truncated: int | None = None
     last_index = -1
-    for n, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        complete = raw.endswith("\n")
-        try:
-            text = raw.strip()
-            d, end = _decode(text)
-            if end != len(text):
-                raise json.JSONDecodeError("extra data after the object", raw, end)
-        except json.JSONDecodeError as e:
-            if not complete:
-                if allow_truncated:
-                    truncated = n
-                    break
-                raise HistoryError(path, n, "truncated last line (the run was cut off?)") from None
-            raise HistoryError(path, n, f"not valid JSON ({e.msg})") from None
-        op = op_from_json(d, where=(path, n))
-        if op.index <= last_index:
-            raise HistoryError(path, n, f"index {op.index} does not increase")
-        last_index = op.index
-        ops.append(op)
+    open_: set[tuple[Process, str]] = set()
+    loads = _loads
+    # equal small values share one dict (a grant's {"fence": N, "lease": L} comes back on
+    # its renews and release; {"ttl_ms": T} on every acquire): Op.value is read-only
+    shared: dict[Any, Any] = {}
+    known, types, strings, no_extra = _KNOWN, _STRINGS_OF_TYPES, _STRINGS, _NO_EXTRA
+    with _gc_paused():
+        for n, raw in enumerate(lines, start=1):
+            try:
+                d = loads(raw)
+            except ValueError as e:  # orjson's and the stdlib's decode errors both are
+                if not raw.strip():
+                    continue
+                if not raw.endswith("\n"):
+                    if allow_truncated:
+                        truncated = n
+                        break
+                    raise HistoryError(
+                        path, n, "truncated last line (the run was cut off?)"
+                    ) from None
+                msg = getattr(e, "msg", str(e))
+                raise HistoryError(path, n, f"not valid JSON ({msg})") from None
+            # the common line, checked and built inline (op_from_json says what is wrong)
+            if (type(d) is dict and d.keys() <= known and type(index := d.get("index")) is int
+                    and type(t := d.get("time")) is int and type(f := d.get("f")) is str
+                    and (typ := d.get("type")) in types
+                    and (type(process := d.get("process")) is int or type(process) is str)
+                    and (type(key := d.get("key")) is str or key is None)):
+                error = d.get("error")
+                worker = d.get("worker")
+                f = strings.setdefault(f, f)
+                if key is not None:
+                    key = strings.setdefault(key, key)
+                error = strings.setdefault(error, error) if type(error) is str else None
+                op = Op(process, types[typ], f, key, d.get("value"), t, index, error,
+                        worker if type(worker) is int else None, no_extra)
+            else:
+                op = op_from_json(d, where=(path, n))
+            if op.index <= last_index:
+                raise HistoryError(path, n, f"index {op.index} does not increase")
+            last_index = op.index
+            v = op.value
+            if type(v) is dict and 0 < len(v) <= 3:
+                kinds = tuple(map(type, v.values()))
+                if float in kinds or dict in kinds or list in kinds:
+                    op.value = v = _exact(v, raw)
+                else:  # the types are in the key: 1 == 1.0 == True
+                    op.value = shared.setdefault((*v.items(), *kinds), v)
+                    if len(shared) > _SHARED_VALUES:
+                        shared.clear()
+            elif type(v) is list or type(v) is dict or type(v) is float:
+                op.value = _exact(v, raw)
+            typ = op.type
+            if typ != "event" and op.process != "nemesis":
+                k = (op.process, op.f)
+                if typ == "invoke":
+                    open_.add(k)
+                elif k in open_:
+                    open_.discard(k)
+                else:
+                    raise HistoryError(path, n, orphan_message(op))
+            ops.append(op)
     return ReadResult(ops, truncated)
+
+
+def orphan_message(op: Op) -> str:
+    return (f"{op.type} {op.f} of process {op.process} with no open invoke of that "
+            "process before it")
+
+
+def first_orphan(ops: Iterable[Op]) -> Op | None:
+    """The first client completion with no open invoke of its process and `f`, if any
+    (the JSONL reader does the same check inline, for speed)."""
+    open_: set[tuple[Process, str]] = set()
+    for op in ops:
+        if op.type == "event" or op.process == "nemesis":
+            continue
+        k = (op.process, op.f)
+        if op.type == "invoke":
+            open_.add(k)
+        elif k in open_:
+            open_.discard(k)
+        else:
+            return op
+    return None
 
 
 def read_history(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> list[Op]:

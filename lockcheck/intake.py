@@ -13,8 +13,9 @@ of the cost of a thread per worker and a parse, a dump and a flush per line
 
 Observers (the progress counts, who holds a lock now) see, whole, the ops whose line
 `wants` (critical-section events, resource writes: a substring test, which may let an
-extra line through but never misses one); the others are only copied. A line not in
-the layout is dropped and counted, never written.
+extra line through but never misses one); of the others `count` gets how many of each
+type came, a wake-up at a time. A line not in the layout is dropped and counted,
+never written.
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ CHUNK = 1 << 16
 # hundred wake-ups a second instead of thousands (each one a chance for the scheduler to
 # preempt a worker inside its critical section, which costs the others a backoff)
 GATHER_S = 0.002
-_HEAD, _TAIL = '{"time": ', "}\n"
+_HEAD, _TAIL, _TYPE = '{"time": ', "}\n", '"type": "'
+
+
+def line_type(line: str) -> str:
+    """The `type` of a line in the Recorder's layout (it follows time and process)."""
+    i = line.find(_TYPE, 10, 80) + len(_TYPE)
+    return line[i:line.find('"', i)]
 
 
 def in_layout(line: str) -> bool:
@@ -68,19 +75,22 @@ class Source:
 
 @dataclass
 class Batch:
-    """What one wake-up brought: the lines to write, and the ops read whole (with their
-    place among the lines)."""
+    """What one wake-up brought: the lines to write, the ops read whole (with their
+    place among the lines), and how many of each type came of the rest."""
 
     lines: list[str] = field(default_factory=list)
     whole: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    light: dict[str, int] = field(default_factory=dict)
 
 
 class Intake(threading.Thread):
     def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
-                 wants: Callable[[str], bool], gather_s: float = GATHER_S) -> None:
+                 wants: Callable[[str], bool],
+                 count: Callable[[dict[str, int]], None] | None = None,
+                 gather_s: float = GATHER_S) -> None:
         super().__init__(name="intake", daemon=True)
         self.writer, self.observers, self.wants = writer, list(observers), wants
-        self.gather_s = gather_s
+        self.count, self.gather_s = count, gather_s
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
@@ -157,6 +167,9 @@ class Intake(threading.Thread):
                     src.bad_lines += 1
                     continue
                 batch.whole.append((len(batch.lines), op))
+            else:
+                t = line_type(line)
+                batch.light[t] = batch.light.get(t, 0) + 1
             batch.lines.append(line)
 
     def _deliver(self, batch: Batch) -> None:
@@ -165,6 +178,8 @@ class Intake(threading.Thread):
             op["index"] = first + pos
             for obs in self.observers:
                 obs(op)
+        if self.count is not None and batch.light:
+            self.count(batch.light)
 
     def _end(self) -> None:
         with self._lock:

@@ -14,6 +14,9 @@ INSTALL = {
     "ip": "apt-get install -y iproute2",
     "iptables": "apt-get install -y iptables",
     "redis-server": "apt-get install -y redis-server",
+    "etcd": "apt-get install -y etcd-server",
+    "redis-sentinel": "apt-get install -y redis-sentinel",
+    "/usr/lib/postgresql/15/bin/postgres": "apt-get install -y postgresql-15",
 }
 
 

@@ -28,25 +28,27 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend, key_names
+from lockcheck.backends import Backend, backend, load
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
-from lockcheck.cluster.api import DB, Cluster, LogFiles, capabilities
+from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, Op, read_history_full
 from lockcheck.intake import GATHER_S, Intake
+from lockcheck.interrupts import sigterm_as_interrupt
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import require_binaries
 from lockcheck.results import store
-from lockcheck.results.progress import LiveStats, Progress, summary_table, verdict_word
+from lockcheck.results.display import RunStatus, make_run_display, render_summary
+from lockcheck.results.progress import LiveStats
 from lockcheck.spec import TestSpec, validate
-from lockcheck.workloads.api import Resource, ResourceContext, Workload
+from lockcheck.workloads.api import KeyPlan, Resource, ResourceContext, Workload, default_keys
 from lockcheck.workloads.registry import workload
 from lockcheck.workloads.worker import WorkerConfig
 
@@ -102,19 +104,6 @@ def check_fault_prerequisites(spec: TestSpec) -> None:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the Ctrl-C path, so a killed run still tears down."""
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-@contextlib.contextmanager
 def no_interrupts() -> Iterator[None]:
     """While tearing down, a second Ctrl-C must not leave half a cluster behind."""
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -152,9 +141,9 @@ class Teardown:
 
 def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
                    gather_s: float = GATHER_S) -> Intake:
-    """The workers' ops into the history, watched by the live estimates (critical-section
-    events and resource writes) and by who holds a lock now (the events). The other ops
-    are only copied: the counts by type come from the history at the end."""
+    """The workers' ops into the history, watched by the live counts (every op: events
+    and resource writes whole, the others by type) and by who holds a lock now (the
+    critical-section events)."""
     def observe(op: dict[str, Any]) -> None:
         stats.observe(op)
         if op["type"] == "event":
@@ -163,7 +152,7 @@ def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
     def wants(line: str) -> bool:
         return '"type": "event"' in line or '"f": "write"' in line
 
-    return Intake(writer, [observe], wants=wants, gather_s=gather_s)
+    return Intake(writer, [observe], wants=wants, count=stats.count, gather_s=gather_s)
 
 
 class WorkerHandle:
@@ -254,7 +243,9 @@ class Run:
         self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
         self.intake = history_intake(self.writer, self.stats, self.holders,
                                      gather_s=0.0 if self.prompt else GATHER_S)
-        self.progress = Progress(out)
+        self.display = make_run_display(out, p.spec.name)
+        self.started = time.monotonic()
+        self.phase = "setup"
         self.teardown = Teardown()
         self.errors: list[str] = []
         self.workers: list[WorkerHandle] = []
@@ -264,7 +255,9 @@ class Run:
         self.resource: Resource | None = None
         self.prepared: dict[str, Prepared] = {}
         self.t0 = time.monotonic_ns()
-        self.keys = key_names(self.spec.keys)
+        keys = p.workload.keys
+        self.key_plan: KeyPlan = (load(keys)(p.spec) if keys else default_keys(p.spec.keys))
+        self.keys = self.key_plan.names
         self.test: dict[str, Any] = {}
 
     # -- the order ---------------------------------------------------------------------
@@ -297,7 +290,7 @@ class Run:
             log.exception("run failed")
             failure = f"{type(e).__name__}: {e}"
         finally:
-            self.progress.done()
+            self.show("teardown", force=True)
             with no_interrupts():
                 self.errors += self.teardown.run()
         if interrupted:
@@ -313,6 +306,8 @@ class Run:
         t["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         t["argv"] = sys.argv
         t["checkers"] = list(p.workload.checkers)
+        t["recovery_keys"] = list(self.key_plan.recovery)
+        t["key_params"] = self.key_plan.params
         t["verdict"] = p.workload.verdict
         t["process_stride"] = self.spec.process_stride
         t["recovery_worker"] = self.spec.concurrency
@@ -355,11 +350,7 @@ class Run:
         self.test["versions"] = versions(self.p)  # now the servers can be asked
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
-        setup = self.p.backend.options.get("setup")
-        if setup:  # a backend's one-off preparation (a table, say), run from here
-            from lockcheck.backends import load
-
-            load(str(setup))(self.p.db.client_config(), self.spec)
+        self.p.backend.prepare(self.p.db, self.spec)
 
     def stop_db(self) -> list[str]:
         problems = self.fetch_logs()
@@ -385,13 +376,20 @@ class Run:
         w = self.p.workload
         if w.resource is None:
             return
-        from lockcheck.backends import load
-
         assert self.cluster is not None
+        host = self.cluster.clients[0]
         ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
-                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra)
+                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
+                              keys=self.keys, clients=self.spec.concurrency + 1,
+                              host=host if isinstance(host, Node) else None,
+                              record=self.record)
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
+
+    def record(self, op: dict[str, Any]) -> None:
+        """A record of the controller's own (a fault, a resource's final state)."""
+        self.writer.append({"time": time.monotonic_ns() - self.t0, "key": None,
+                            "value": None, **op})
 
     def worker_config(self, index: int, **kw: Any) -> WorkerConfig:
         spec = self.spec
@@ -402,7 +400,8 @@ class Run:
             seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None,
-            prompt=self.prompt, **kw)
+            prompt=self.prompt, recovery_keys=self.key_plan.recovery,
+            key_params=self.key_plan.params, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
@@ -410,7 +409,9 @@ class Run:
         for p in self.prepared.values():
             env.update(p.worker_env(host.name))
         d = host.spawn(f"worker-{index}",
-                       [sys.executable, "-m", WORKER_MODULE, cfg.to_json()],
+                       # -P: the controller's working directory must not shadow the
+                       # installed lockcheck (a checkout of another version, say)
+                       [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
         return WorkerHandle(index, host.name, d, self.intake)
@@ -438,12 +439,12 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now, prepared=dict(self.prepared))
+                         holders=self.holders.now, next_exit=self.holders.next_exit,
+                         prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
-            self.writer.append({"time": time.monotonic_ns() - self.t0, "process": "nemesis",
-                                "type": type_, "f": f, "key": None, "value": value})
+            self.record({"process": "nemesis", "type": type_, "f": f, "value": value})
 
         quiet = min(spec.quiet, spec.time_limit / 4)
         self.schedule = NemesisSchedule(
@@ -456,12 +457,17 @@ class Run:
     def heal(self) -> list[str]:
         return self.schedule.finish() if self.schedule is not None else []
 
-    def status(self, elapsed: float) -> str:
+    def show(self, phase: str | None = None, *, force: bool = False) -> None:
+        """The live status line (or panel, on a terminal)."""
+        if phase is not None:
+            force = force or phase != self.phase
+            self.phase = phase
         s = self.schedule
-        active = ", ".join(s.describe_active()) if s is not None else ""
-        return (f"[{elapsed:5.1f}s/{self.spec.time_limit:g}s] ops {len(self.writer)} | "
-                f"faults {s.faults if s else 0} (active: {active or 'none'}) | "
-                f"violations so far {self.stats.violations}")
+        self.display.update(RunStatus(
+            elapsed_s=time.monotonic() - self.started, time_limit_s=self.spec.time_limit,
+            phase=self.phase, ops=self.stats.ops, by_type=dict(self.stats.by_type),
+            faults=s.faults if s else 0, active=s.describe_active() if s else (),
+            violations=self.stats.violations, saves=self.stats.saves), force=force)
 
     def run_phases(self) -> None:
         """Faults while it runs; every fault healed for the quiet phase at the end."""
@@ -469,9 +475,10 @@ class Run:
         start = time.monotonic()
         end = start + spec.time_limit
         quiet_from = end - min(spec.quiet, spec.time_limit / 4)
+        self.started = start
         healed = False
         while (now := time.monotonic()) < end:
-            self.progress.update(self.status(now - start))
+            self.show("quiet" if healed else "running")
             if now >= quiet_from and not healed:
                 self.errors += self.heal()  # heal before the quiet phase
                 healed = True
@@ -482,7 +489,7 @@ class Run:
                 self.errors.append("every worker exited early; see workers/*.log")
                 break
             time.sleep(0.1)
-        self.progress.update(self.status(time.monotonic() - start), force=True)
+        self.show(force=True)
 
     def stop_workers(self) -> None:
         """Workers finish their critical section and release; then they must be gone."""
@@ -507,8 +514,7 @@ class Run:
         w = self.spawn_worker(spec.concurrency, host, cfg, "recovery")
         self.recovery_worker = w
         self.teardown.push("stop the recovery worker", w.daemon.kill)
-        self.progress.update(f"recovery: taking each of {spec.keys} lock(s) once "
-                             f"(up to {spec.recover_timeout_s:g}s)", force=True)
+        self.show("recovery")
         if not w.daemon.wait(spec.recover_timeout_s + spec.op_timeout_s * 2 + 5.0):
             w.daemon.kill()
         w.drained(timeout=5)
@@ -517,8 +523,12 @@ class Run:
 
     def finish(self, interrupted: bool, failure: str | None) -> RunOutcome:
         spec, out = self.spec, self.out
-        read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
-        results = analyze(read.ops, self.test)
+        self.show("checking", force=True)
+        try:
+            read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
+            results = analyze(read.ops, self.test)
+        finally:
+            self.display.close()
         for w in [*self.workers, *([self.recovery_worker] if self.recovery_worker else [])]:
             self.errors += w.exit_problem()
         if self.recovery_worker is not None:
@@ -541,14 +551,24 @@ class Run:
                             "faults": self.schedule.faults if self.schedule else 0,
                             "saves": self.stats.saves}
         store.write_json(self.run_dir / store.RESULTS, results)
+        report = None
+        try:  # the evidence is on disk already: a report that fails loses nothing
+            from lockcheck.results.report import write_report  # matplotlib: only now
+
+            report = write_report(self.run_dir, results=results, ops=read.ops)
+        except Exception as e:
+            log.exception("report failed")
+            self.errors.append(f"report.html not written: {type(e).__name__}: {e}")
+            store.write_json(self.run_dir / store.RESULTS, results)
         out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
                   f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
                   f"{results['stats']['faults']} fault(s) injected\n\n")
-        out.write(summary_table(results) + "\n\n")
         if "recovery" in results:
             out.write(f"recovery: {results['recovery']['summary']}\n")
-        out.write(f"{verdict_word(results['valid'])}: {results['summary']}\n")
+        render_summary(results, out)
         out.write(f"results: {self.run_dir}\n")
+        if report is not None:
+            out.write(f"report: {report}\n")
         if spec.leave_running and not interrupted and self.cluster is not None:
             where = ", ".join(f"{n} {d.get('address')}:{d.get('port')}"
                               for n, d in self.p.db.describe().items())

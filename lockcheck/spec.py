@@ -8,6 +8,9 @@ from typing import Any, ClassVar
 from lockcheck.errors import BadInput
 
 RESOURCES = ("fenced", "unfenced")
+# which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
+KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all")
+PAUSE_AT = ("section", "release")  # where client-pause stops a holder
 NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
 CLOCK_TARGETS = ("nodes", "clients", "all")
 MAX_DELAY_MS = 10_000
@@ -32,7 +35,9 @@ class TestSpec:
     nemesis_duration: float | None = None  # how long a fault lasts; default the interval
     nemesis_mode: str = "one"
     restart_delay: float = 0.1
+    kill_targets: str = "one-or-minority"
     pause_ms: int | None = None  # client-pause: default 2x TTL
+    pause_at: str = "section"
     clock_offset_ms: int | None = None  # clock-skew/bump/strobe: default 2x TTL
     clock_rate: float = 4.0  # clock-rate: how many times faster the clock runs
     clock_period_ms: int | None = None  # clock-strobe: default max(50, TTL/4)
@@ -118,13 +123,14 @@ def validate(spec: TestSpec) -> TestSpec:
     from lockcheck.workloads.registry import workload
 
     b = backend(spec.backend)
-    workload(spec.workload)
+    w = workload(spec.workload)
     prov = provider(spec.provider)
     for n in spec.nemesis:
         if n not in NEMESES:
             raise BadInput(f"unknown nemesis {n!r}; choose from none, {', '.join(NEMESES)}")
-    if spec.resource not in RESOURCES:
-        raise BadInput(f"unknown resource mode {spec.resource!r}; choose fenced or unfenced")
+    if spec.resource not in w.resources:
+        raise BadInput(f"unknown resource mode {spec.resource!r} for the {w.name} workload; "
+                       f"choose {' or '.join(w.resources)}")
     for name, v in (("--concurrency", spec.concurrency), ("--keys", spec.keys),
                     ("--nodes", spec.nodes), ("--ttl-ms", spec.ttl_ms)):
         if v < 1:
@@ -135,6 +141,11 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--nemesis-interval must be positive")
     if spec.pause_ms is not None and spec.pause_ms < 1:
         raise BadInput("--pause-ms must be at least 1")
+    if spec.pause_at not in PAUSE_AT:
+        raise BadInput(f"unknown --pause-at {spec.pause_at!r}; choose from {', '.join(PAUSE_AT)}")
+    if spec.kill_targets not in KILL_TARGETS:
+        raise BadInput(f"unknown --kill-targets {spec.kill_targets!r}; choose from "
+                       f"{', '.join(KILL_TARGETS)}")
     validate_faults(spec)
     if spec.restart_delay < 0:
         raise BadInput("--restart-delay-ms must not be negative")

@@ -30,6 +30,7 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
     """Run the test's checkers over a history and combine them into one verdict."""
     from lockcheck.checker.registry import CHECKERS, DEFAULT_CHECKERS
     from lockcheck.checker.verdict import run_verdict
+    from lockcheck.results.metrics import safe_metrics
 
     opts = options_for(test, timeout=timeout, html_dir=html_dir)
     names = list(test.get("checkers") or DEFAULT_CHECKERS.get(opts.workload, []))
@@ -38,11 +39,11 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
         raise BadInput(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
     results = {n: check_safe(n, CHECKERS[n], ops, opts) for n in names}
     valid, why = run_verdict(str(test.get("verdict") or opts.workload), results)
-    if valid is True and not any(o.f == "acquire" and o.type == "ok" for o in ops):
+    if valid is not False and not any(o.f == "acquire" and o.type == "ok" for o in ops):
         # nothing was ever held, so nothing was tested: that is not a pass
         valid, why = "unknown", "no lock was ever acquired: nothing was tested"
     return {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
-            "checkers": results}
+            "checkers": results, "metrics": safe_metrics(ops, test)}
 
 
 def load_test(path: Path) -> dict[str, Any]:
@@ -61,18 +62,19 @@ def load_test(path: Path) -> dict[str, Any]:
 
 def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
                timeout: float | None = None, html_dir: Path | None = None,
-               allow_truncated: bool = False) -> dict[str, Any]:
-    """Check one run directory or history file. Raises HistoryError/BadInput on bad input."""
+               allow_truncated: bool = False, initial: Any = None) -> dict[str, Any]:
+    """Check one run directory or history file. Raises HistoryError/BadInput on bad input.
+    ``initial`` (register models) is the registers' initial value."""
     t0 = time.perf_counter()
     if fmt is None and path.is_file() and path.suffix != ".jsonl":
         from lockcheck.checker.external import infer_format
 
         fmt = infer_format(path)
-    if model is not None or (fmt is not None and fmt != "lockcheck"):
+    if model is not None or initial is not None or (fmt is not None and fmt != "lockcheck"):
         from lockcheck.checker.external import check_external
 
         return check_external(path, model=model, fmt=fmt, timeout=timeout, html_dir=html_dir,
-                              allow_truncated=allow_truncated)
+                              allow_truncated=allow_truncated, initial=initial)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
     history = path / HISTORY if path.is_dir() else path

@@ -7,22 +7,42 @@ Formats:
 * ``porcupine-etcd``: Porcupine's Jepsen etcd logs (one CAS register);
 * ``porcupine-kv``: Porcupine's kv logs (a key-value store, one partition per key).
 
-Models: the lock models ``mutex`` and ``fenced-mutex`` (with the fast path), the
-engine's ``cas-register``, ``register`` and ``kv``, and every lockcheck checker by
-name (``lease-safety``, ``mutual-exclusion``, ``fencing``, ``linearizable`` ...: the
+Models: the lock models ``mutex`` and ``fenced-mutex`` (decided without search where
+the lock structure allows, see `lockcheck.checker.fastpath`), the engine's
+``cas-register``, ``register``, ``multi-register`` (Knossos's: ``:txn`` ops of reads
+and writes over named registers) and ``kv``, and every lockcheck checker by name
+(``lease-safety``, ``mutual-exclusion``, ``fencing``, ``linearizable`` ...: the
 registry's CHECKERS), which read lockcheck ops, so any format that yields them works.
 
 When not given, the format is inferred from the name (``.jsonl``, ``.edn``,
 ``etcd_*.log``) or the first line, and the model from the format (``lockcheck`` ->
-``fenced-mutex``; ``jepsen-edn`` -> ``mutex`` when it has acquire/release ops, else
-``cas-register``; ``porcupine-etcd`` -> ``cas-register``; ``porcupine-kv`` -> ``kv``).
+``fenced-mutex``; ``jepsen-edn`` -> ``mutex`` when it has acquire/release ops,
+``multi-register`` when it has txn ops, else ``cas-register``; ``porcupine-etcd`` ->
+``cas-register``; ``porcupine-kv`` -> ``kv``).
+
+Semantics, per model and format (Knossos's where its histories depend on it):
+
+* registers start at ``initial`` (``--initial``, JSON or EDN; default nil); a `fail` op
+  took no effect and is dropped; a crashed read is dropped; other crashed ops may take
+  effect at any point after their call, or never;
+* Jepsen EDN (``jepsen-edn``): an ok read of nil says nothing ("value unknown", as in
+  Knossos's register models), so it matches any value; in lockcheck's own and
+  Porcupine's formats a read of nil means the register holds nil;
+* ``mutex`` is owner-aware (only the holder may release; Knossos's is not, so every
+  history it finds invalid is invalid here too), ``fenced-mutex`` is a lease lock
+  whose fences must grow in grant order (`lockcheck.checker.porcupine.lock_models`).
+
+Nothing checked is never valid: a model that understands none of the history's ops,
+or would leave a whole kind of them out (``--model register`` on a lock history,
+``cas-register`` on ``txn`` ops), gives "unknown" with ``not_checked`` naming what it
+would have dropped; so does an empty history.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +50,12 @@ from typing import Any
 from lockcheck.checker.analyze import load_test, options_for
 from lockcheck.checker.api import check_safe
 from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
-from lockcheck.checker.linearizable import auto_cache_cap, check_lock_operations, lock_operations
+from lockcheck.checker.linearizable import (
+    LOCK_FS,
+    auto_cache_cap,
+    check_lock_operations,
+    lock_operations,
+)
 from lockcheck.checker.porcupine import (
     UNKNOWN,
     CheckResult,
@@ -42,14 +67,26 @@ from lockcheck.checker.porcupine import (
     check_operations_verbose,
     visualize,
 )
-from lockcheck.checker.porcupine.models import cas_register, kv, register
+from lockcheck.checker.porcupine.models import cas_register, kv, multi_register, register
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError, Op, pair_ops, read_history_full
 
 FORMATS = ("lockcheck", "jepsen-edn", "porcupine-etcd", "porcupine-kv")
 LOCK_MODELS = ("mutex", "fenced-mutex")
-REGISTER_MODELS = ("cas-register", "register")
+REGISTER_MODELS = ("cas-register", "register", "multi-register")
 ENGINE_MODELS = (*LOCK_MODELS, *REGISTER_MODELS, "kv")
+# which kinds of op (`f`) each model checks
+UNDERSTANDS: dict[str, frozenset[str]] = {
+    "mutex": frozenset(LOCK_FS),
+    "fenced-mutex": frozenset(LOCK_FS),
+    "cas-register": frozenset({"read", "write", "cas"}),
+    "register": frozenset({"read", "write"}),
+    "multi-register": frozenset({"txn"}),
+}
+# kinds a model leaves to another checker on purpose: a lockcheck run's resource writes
+IGNORED: dict[tuple[str, str], frozenset[str]] = {
+    ("lockcheck", m): frozenset({"write"}) for m in LOCK_MODELS
+}
 DEFAULT_TIMEOUT_S = 60.0
 
 _MODELS_FOR: dict[str, tuple[str, ...]] = {
@@ -108,6 +145,8 @@ def _default_model(fmt: str, ops: list[Op] | None) -> str:
         fs = {op.f for op in ops or []}
         if fs & {"acquire", "release", "renew"}:
             return "mutex"
+        if "txn" in fs:
+            return "multi-register"
         return "cas-register"
     return "cas-register" if fmt == "porcupine-etcd" else "kv"
 
@@ -149,14 +188,47 @@ def _hashable(v: Any) -> Hashable:
     return v
 
 
-def register_operations(ops: Sequence[Op], model: str) -> list[Operation]:
-    """read/write/cas ops as keyed `(key, (f, value))` engine inputs.
+def _where(op: Op) -> int:
+    return int(op.extra.get("line", op.index))
+
+
+def _read_output(comp: Op | None, nil_unknown: bool) -> Any:
+    if comp is None:
+        return UNKNOWN
+    if comp.value is None and nil_unknown:
+        return UNKNOWN  # Knossos: an ok read of nil says nothing about the value
+    return _hashable(comp.value)
+
+
+def _micro_ops(v: Any, op: Op) -> tuple[tuple[str, Any, Any], ...]:
+    if not isinstance(v, list) or not all(
+        isinstance(m, list) and len(m) == 3 and m[0] in ("read", "write") for m in v
+    ):
+        raise HistoryError("<history>", _where(op),
+                           f"a txn value must be a list of [read|write name value]: {v!r}")
+    return tuple((m[0], _hashable(m[1]), _hashable(m[2])) for m in v)
+
+
+def _txn_output(inp: tuple[tuple[str, Any, Any], ...], comp: Op, nil_unknown: bool) -> Any:
+    out = _micro_ops(comp.value, comp)
+    if len(out) != len(inp) or any(a[:2] != b[:2] for a, b in zip(inp, out, strict=True)):
+        raise HistoryError("<history>", _where(comp), "txn completion does not match its invoke")
+    if nil_unknown:
+        out = tuple((f, k, UNKNOWN if f == "read" and v is None else v) for f, k, v in out)
+    return out
+
+
+def engine_operations(ops: Sequence[Op], model: str, *, nil_unknown: bool) -> list[Operation]:
+    """read/write/cas ops as keyed `(key, (f, value))` engine inputs, or txn ops as
+    tuples of micro-ops for `multi-register`.
 
     `fail` ops are dropped (Jepsen/Knossos semantics: they took no effect); a crashed
-    read is dropped too (it has no effect); other crashed ops stay open to the end.
+    read (or read-only txn) is dropped too (it has no effect); other crashed ops stay
+    open to the end. With ``nil_unknown`` (Jepsen histories), an ok read of nil matches
+    any value, as in Knossos.
     """
     out: list[Operation] = []
-    fs = ("read", "write", "cas") if model == "cas-register" else ("read", "write")
+    fs = UNDERSTANDS[model]
     for pair in pair_ops(ops):
         inv, comp = pair.invoke, pair.complete
         if inv.process == "nemesis" or inv.f not in fs:
@@ -164,23 +236,57 @@ def register_operations(ops: Sequence[Op], model: str) -> list[Operation]:
         typ = pair.type
         if typ == "fail" or (typ == "info" and inv.f == "read"):
             continue
-        if inv.f == "read":
-            inp: tuple[str, Any] = ("read", None)
-            output: Any = _hashable(comp.value) if comp is not None else UNKNOWN
+        crashed = typ != "ok" or comp is None
+        inp: Any
+        output: Any = None
+        if inv.f == "txn":
+            inp = _micro_ops(inv.value, inv)
+            if crashed and all(f == "read" for f, _, _ in inp):
+                continue
+            if not crashed:
+                assert comp is not None
+                output = _txn_output(inp, comp, nil_unknown)
+        elif inv.f == "read":
+            inp, output = ("read", None), _read_output(comp, nil_unknown)
         elif inv.f == "write":
-            inp, output = ("write", _hashable(inv.value)), None
+            inp = ("write", _hashable(inv.value))
         else:
             v = inv.value
             if not (isinstance(v, list) and len(v) == 2):
-                where = inv.extra.get("line", inv.index)
-                raise HistoryError("<history>", int(where), f"cas value must be [old new]: {v!r}")
+                raise HistoryError("<history>", _where(inv), f"cas value must be [old new]: {v!r}")
             inp, output = ("cas", (_hashable(v[0]), _hashable(v[1]))), True
-        ret: float = comp.time if typ == "ok" and comp is not None else float("inf")
-        if ret == float("inf"):
+        ret: float = float("inf") if crashed else comp.time  # type: ignore[union-attr]
+        if crashed:
             output = UNKNOWN
         client = inv.process if isinstance(inv.process, int) else 0
-        out.append(Operation(client, (inv.key, inp), inv.time, output, ret))
+        out.append(Operation(client, inp if inv.f == "txn" else (inv.key, inp), inv.time,
+                             output, ret))
     return out
+
+
+def op_kinds(ops: Sequence[Op]) -> Counter[str]:
+    """How many lines of each `f` the history's clients wrote (not nemesis, not events)."""
+    return Counter(op.f for op in ops if op.type != "event" and op.process != "nemesis")
+
+
+def not_checked(model: str, kinds: Counter[str], fmt: str) -> str | None:
+    """Why checking `model` on a history with these kinds of ops would check nothing, or
+    leave a whole kind out; None when the model understands every kind."""
+    understood = UNDERSTANDS[model]
+    ignored = IGNORED.get((fmt, model), frozenset())
+    n = sum(c for f, c in kinds.items() if f in understood)
+    dropped = {f: c for f, c in sorted(kinds.items()) if f not in understood and f not in ignored}
+    listed = ", ".join(f"{f} ({c})" for f, c in dropped.items())
+    if n == 0:
+        total = sum(kinds.values())
+        if not total:
+            return "the history has no client operations: nothing was checked"
+        return (f"nothing was checked: none of the history's {total} ops are {model} "
+                f"operations (it holds {listed})")
+    if dropped:
+        return (f"not checked: {model} does not understand the history's {listed} ops, so "
+                f"they would be dropped; {model} understands {', '.join(sorted(understood))}")
+    return None
 
 
 def keyed(model: Model[Any, Any, Any]) -> Model[Any, Any, Any]:
@@ -213,6 +319,39 @@ def keyed(model: Model[Any, Any, Any]) -> Model[Any, Any, Any]:
 # ------------------------------------------------------------------ entry point
 
 
+def parse_initial(text: str) -> Any:
+    """The value of ``--initial``: JSON (``0``, ``"v1"``, ``{"x": 0}``) or EDN
+    (``{:x 0 :y 0}``, ``nil``). Raises BadInput."""
+    import json
+
+    from lockcheck.checker.formats.jepsen_edn import plain, read_edn_forms
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        forms = read_edn_forms(text, "--initial")
+    except HistoryError:
+        forms = []
+    if len(forms) != 1:
+        raise BadInput(f"--initial {text!r}: not one JSON or EDN value")
+    return plain(forms[0][1])
+
+
+def _initial_for(model: str, initial: Any) -> Any:
+    if initial is None:
+        return None
+    if model not in REGISTER_MODELS:
+        raise BadInput(f"--initial applies to {', '.join(REGISTER_MODELS)}, not to {model}")
+    if model == "multi-register":
+        if not isinstance(initial, dict):
+            raise BadInput("--initial for multi-register must be a map of registers, "
+                           'e.g. {"x": 0, "y": 0}')
+        return {str(k): _hashable(v) for k, v in initial.items()}
+    return _hashable(initial)
+
+
 def check_external(
     path: Path,
     *,
@@ -221,10 +360,15 @@ def check_external(
     timeout: float | None,
     html_dir: Path | None,
     allow_truncated: bool,
+    initial: Any = None,
 ) -> dict[str, Any]:
     """Check one history file; see the module doc. Raises HistoryError on unreadable
     or malformed input and BadInput on an unknown format or model. ``timeout`` None
-    means the default of 60 s per search (a search is never unbounded)."""
+    means the default of 60 s per search (a search is never unbounded). ``initial`` is
+    the registers' initial value (register models only; None: nil).
+
+    A check that would look at none of the history's ops, or leave a whole kind of op
+    out, is "unknown" with ``not_checked`` saying what (never valid)."""
     t0 = time.monotonic()
     if timeout is None:
         timeout = DEFAULT_TIMEOUT_S
@@ -256,8 +400,17 @@ def check_external(
             + ", ".join(allowed + (tuple(sorted(checkers)) if ops is not None else ()))
         )
 
+    start = _initial_for(model, initial)
     result: dict[str, Any] = {"path": str(path), "format": fmt, "model": model}
     result.update(notes)
+    why_not = None
+    if ops is not None and model in UNDERSTANDS:
+        why_not = not_checked(model, op_kinds(ops), fmt)
+    if why_not is not None:
+        result.update(valid="unknown", ops=0, summary=why_not, not_checked=why_not,
+                      details={"not_checked": why_not, "kinds": dict(op_kinds(ops or []))})
+        result["elapsed_s"] = round(time.monotonic() - t0, 4)
+        return result
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
     if model in checkers and ops is not None:
         # a run's own test.json (beside the history) gives TTL, drift and workload
@@ -279,7 +432,7 @@ def check_external(
         result["ops"] = len(ops)
         result["details"] = details
     else:
-        result.update(_engine_check(path, fmt, model, ops, timeout, html_dir, stem))
+        result.update(_engine_check(path, fmt, model, ops, timeout, html_dir, stem, start))
     if "summary" in result.get("details", {}):
         result["summary"] = result["details"]["summary"]
     elif result.get("valid") is True:
@@ -296,10 +449,10 @@ def _engine_check(
     timeout: float | None,
     html_dir: Path | None,
     stem: str,
+    initial: Any = None,
 ) -> dict[str, Any]:
     from lockcheck.checker.formats import porcupine_logs
 
-    base = {"cas-register": cas_register, "register": register}
     info: LinearizationInfo
     model: Model[Any, Any, Any]
     count: int
@@ -315,17 +468,29 @@ def _engine_check(
             raise _value_error(path, e) from None
         except (OSError, UnicodeDecodeError) as e:
             raise HistoryError(path, 0, f"cannot read: {e}") from None
-        model = cas_register() if model_name == "cas-register" else kv()
+        count = sum(1 for ev in events if ev.kind == "call")
+        if count == 0:
+            why = "the history is empty: nothing was checked"
+            return {"valid": "unknown", "ops": 0, "not_checked": why,
+                    "details": {"not_checked": why, "summary": why}}
+        model = cas_register(initial) if model_name == "cas-register" else kv()
         cap = auto_cache_cap(len(events) // 2)
         res, info = check_events_verbose(model, events, timeout=timeout, max_cache=cap)
-        count = sum(1 for ev in events if ev.kind == "call")
     else:
         assert ops is not None
         try:
-            operations = register_operations(ops, model_name)
+            operations = engine_operations(ops, model_name, nil_unknown=fmt == "jepsen-edn")
         except HistoryError as e:
             raise HistoryError(path, e.line, str(e).split(": ", 1)[-1]) from None
-        model = keyed(base[model_name]())
+        if not operations:
+            why = ("nothing was checked: every operation of the model failed or crashed "
+                   "without effect")
+            return {"valid": "unknown", "ops": 0, "not_checked": why,
+                    "details": {"not_checked": why, "summary": why}}
+        if model_name == "multi-register":
+            model = multi_register(initial)
+        else:
+            model = keyed((cas_register if model_name == "cas-register" else register)(initial))
         cap = auto_cache_cap(len(operations))
         res, info = check_operations_verbose(model, operations, timeout=timeout, max_cache=cap)
         count = len(operations)

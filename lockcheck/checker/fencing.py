@@ -369,9 +369,8 @@ def check_fencing(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
         "acquisitions": n_acq,
         "fenced_acquisitions": sum(len(a) for a in acquires.values()),
     }
-    if n_write_ops == 0 and not acquires:
-        result["note"] = (
-            "no resource writes and no fence tokens in the history: nothing to check "
-            "(a backend without fences, or the mutex workload)"
-        )
+    if n_write_ops == 0 and not acquires:  # nothing was checked: that is not a pass
+        why = ("no resource writes and no fence tokens in the history: nothing to check "
+               "(a backend without fences, or the mutex workload)")
+        result.update(valid="unknown", resource_valid="unknown", note=why, nothing_checked=why)
     return result

@@ -158,6 +158,9 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
     elif checked == 0 and skipped_no_ttl > 0:
         result["valid"] = "unknown"
         result["summary"] = "no TTL known (neither ttl_ms on invokes nor a default)"
+    elif checked == 0:  # nothing was checked: that is not a pass
+        why = "no ok acquire or renew in the history: no lease to check"
+        result.update(valid="unknown", summary=why, nothing_checked=why)
     else:
         result["valid"] = True
     return result

@@ -10,12 +10,20 @@ turns it into an `Operation` with a `LockInput`:
   whose outcome is unknown says nothing;
 * writes, events and nemesis ops are not lock operations and are ignored.
 
+Whose lease a renew or release is about (``LockInput.client``): where it carries a
+``lease`` token (lockcheck's histories name the lease of every grant), the process
+whose ok acquire returned that token, which is not necessarily the op's own process (a
+worker that retired after an `info` releases under its new id); otherwise the op's own
+process (Jepsen, Knossos and older lockcheck histories: the last lease its process was
+granted). Its ``fence`` is the fence it names, or the fence of the grant its token
+names.
+
 `check_linearizable` uses the `fenced-mutex` model by default (``opts.extra["model"]``
-may say ``"mutex"``). For `fenced-mutex` each key first goes through the token-aware
-fast path (`lockcheck.checker.fastpath`); keys it cannot decide go to the search, all
-together, with ``opts.timeout_s`` (and ``opts.extra["max_cache"]``, a cap on memoized
-configurations). It never answers valid for a key it did not finish: a timeout or the
-cache cap gives "unknown".
+may say ``"mutex"``). Each key first goes through the lock-structure decision
+procedure (`lockcheck.checker.fastpath`, with or without fences); keys it cannot
+decide go to the search, all together, with ``opts.timeout_s`` (and
+``opts.extra["max_cache"]``, a cap on memoized configurations). It never answers valid
+for a key it did not finish: a timeout or the cache cap gives "unknown".
 """
 
 from __future__ import annotations
@@ -40,9 +48,10 @@ from lockcheck.checker.porcupine import (
     visualize,
 )
 from lockcheck.checker.porcupine.lock_models import LOCK_MODELS, LockF, LockInput, LockOutput
-from lockcheck.history import Op, pair_ops
+from lockcheck.history import Op
 
 LOCK_FS = ("acquire", "release", "renew")
+_LOCK_FS = frozenset(LOCK_FS)
 DEFAULT_MODEL = "fenced-mutex"
 MAX_CACHE = 2_000_000  # memoized configurations over all searched keys, at most
 CACHE_BUDGET_BYTES = 1_000_000_000
@@ -59,10 +68,7 @@ def auto_cache_cap(largest_partition: int, budget_bytes: int = CACHE_BUDGET_BYTE
     return max(1000, min(MAX_CACHE, budget_bytes // per_entry))
 
 
-def _fence_of(op: Op | None) -> int | None:
-    if op is None:
-        return None
-    v = op.value
+def _fence_of(v: Any) -> int | None:
     if type(v) is dict:
         fence = v.get("fence")
         if type(fence) is int:
@@ -70,35 +76,82 @@ def _fence_of(op: Op | None) -> int | None:
     return None
 
 
+def _lease_of(v: Any) -> Hashable:
+    if type(v) is dict:
+        lease = v.get("lease")
+        if type(lease) is str or type(lease) is int:
+            return lease
+    return None
+
+
 def lock_operations(ops: Iterable[Op]) -> list[Operation]:
-    """The lock ops of a lockcheck history as engine operations (see module doc)."""
+    """The lock ops of a lockcheck history as engine operations (see module doc), in the
+    order of their completions (ops that never completed last). One pass: a grant's
+    completion always precedes the renews and releases that name its lease."""
     out: list[Operation] = []
+    append = out.append
     ids: dict[Any, int] = {}  # non-integer processes -> row numbers for the timeline
-    lock_ops = (
-        op for op in ops if op.f in LOCK_FS and op.key is not None and op.process != "nemesis"
-    )
+    open_: dict[tuple[Any, str], Op] = {}
+    # (key, lease token) -> (owner process, fence) of the ok acquire that returned it
+    grants: dict[tuple[Any, Hashable], tuple[Any, int | None]] = {}
+    outputs: dict[int | None, LockOutput] = {}
+    lock_fs = _LOCK_FS
     inf = math.inf
-    for pair in pair_ops(lock_ops):
-        inv, comp = pair.invoke, pair.complete
-        typ = "info" if comp is None else comp.type
+    unknown = UNKNOWN
+
+    def emit(inv: Op, comp: Op | None) -> None:
         f = inv.f
-        if typ == "fail" or (typ == "info" and f == "renew"):
-            continue
+        proc = inv.process
+        owner: Any = proc
         named = None
         if f != "acquire":
-            named = _fence_of(inv)
-            if named is None:
-                named = _fence_of(comp)
-        proc = inv.process
-        inp = LockInput(cast(LockF, f), proc, inv.key, named)
-        if typ == "ok":
-            assert comp is not None
-            output: Any = LockOutput(_fence_of(comp))
+            if comp is None and f == "renew":
+                return  # a crashed renew changes nothing
+            v = inv.value
+            named = _fence_of(v)
+            token = _lease_of(v)
+            if comp is not None:
+                if named is None:
+                    named = _fence_of(comp.value)
+                if token is None:
+                    token = _lease_of(comp.value)
+            if token is not None:
+                # a lease nobody was granted has an owner that never held the lock
+                owner, granted = grants.get((inv.key, token), (f"lease {token}", None))
+                if named is None:
+                    named = granted
+        output: Any
+        if comp is not None:
+            if f == "acquire":
+                fence = _fence_of(comp.value)
+                output = outputs.get(fence)
+                if output is None:
+                    output = outputs[fence] = LockOutput(fence)
+                token = _lease_of(comp.value)
+                if token is not None:
+                    grants[(inv.key, token)] = (proc, fence)
+            else:
+                output = outputs.get(None) or outputs.setdefault(None, LockOutput(None))
             ret: float = comp.time
         else:
-            output, ret = UNKNOWN, inf
+            output, ret = unknown, inf
         client = proc if type(proc) is int else ids.setdefault(proc, 1_000_000 + len(ids))
-        out.append(Operation(client, inp, inv.time, output, ret))
+        append(Operation(client, LockInput(cast(LockF, f), owner, inv.key, named), inv.time,
+                         output, ret))
+
+    for op in ops:
+        f = op.f
+        if f not in lock_fs or op.key is None or op.process == "nemesis":
+            continue
+        typ = op.type
+        if typ == "invoke":
+            open_[(op.process, f)] = op
+        elif typ != "event":
+            inv = open_.pop((op.process, f), None)
+            if inv is not None and typ != "fail":
+                emit(inv, op if typ == "ok" else None)
+    for inv in open_.values():  # never completed: the run was cut short
+        emit(inv, None)
     return out
 
 
@@ -137,17 +190,18 @@ def check_lock_operations(
     fast_keys = 0
     for key in sorted(parts, key=str):
         hist = parts[key]
-        entry: dict[str, Any] = {"ops": len(hist), "crashed": sum(o.crashed for o in hist)}
+        entry: dict[str, Any] = {"ops": len(hist),
+                                 "crashed": sum(1 for o in hist if o.return_time == math.inf)}
         per_key[str(key)] = entry
-        if use_fast_path and model_name == "fenced-mutex":
-            v = fast_check(hist)
+        if use_fast_path:
+            v = fast_check(hist, model_name)
             if v.result is not None:
                 fast_keys += 1
                 entry.update(result=str(v.result), path="fast")
                 if v.result is CheckResult.ILLEGAL:
                     entry["explanation"] = v.reason
                     illegal.append({"key": str(key), "path": "fast", "explanation": v.reason})
-                    witnesses[str(key)] = v.witness
+                    witnesses[str(key)] = v.window
                 continue
             entry["fast_path_skipped"] = v.reason
         entry.update(result="unknown", path="search")
@@ -204,8 +258,9 @@ def check_lock_operations(
         out["search_cache_entries"] = info.cache_entries
     if search_note and valid is not True:
         out["note"] = search_note
-    if not operations:
-        out["note"] = "no lock operations in the history"
+    if not operations:  # nothing was checked: that is not a pass
+        out.update(valid="unknown", note="no lock operations in the history",
+                   nothing_checked="no lock operations in the history")
     if illegal:
         first = illegal[0]
         out["illegal"] = illegal
@@ -239,7 +294,7 @@ def _write_html(
     timeout_s: float | None,
 ) -> list[str]:
     """One HTML timeline per illegal key. For a key decided by the fast path, the
-    search (verbose, short budget) runs on the leases of the witness ops only: a
+    search (verbose, short budget) runs on the grants of the witness only: a
     sub-history that is illegal for the same reason and small enough to draw."""
     written: list[str] = []
     html_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +310,7 @@ def _write_html(
             budget = 10.0 if timeout_s is None else min(10.0, timeout_s)
             hist = by_name[key]
             if key in witnesses:
-                hist = _lease_window(hist, witnesses[key])
+                hist = list(witnesses[key])
                 item["html_window_ops"] = len(hist)
             res, part_info = check_operations_verbose(
                 model, hist, timeout=budget, max_cache=auto_cache_cap(len(hist))
@@ -272,33 +327,6 @@ def _write_html(
             continue
         written.append(str(path))
     return written
-
-
-def _lease_of(op: Operation) -> Any:
-    if op.input.f == "acquire":
-        return op.output.fence if isinstance(op.output, LockOutput) else None
-    return op.input.fence
-
-
-def _lease_window(hist: list[Operation], witness: tuple[Operation, ...]) -> list[Operation]:
-    """The ok ops of the leases named by the witness ops and of the lease before each
-    (context); crashed ops are left out (they cannot change a fast-path verdict)."""
-    grants = sorted(
-        f
-        for o in hist
-        if o.input.f == "acquire" and o.return_time != math.inf and isinstance(o.output, LockOutput)
-        for f in (o.output.fence,)
-        if f is not None
-    )
-    rank = {f: n for n, f in enumerate(grants)}
-    keep: set[Any] = set()
-    for w in witness:
-        lease = _lease_of(w)
-        keep.add(lease)
-        n = rank.get(lease)
-        if n:
-            keep.add(grants[n - 1])
-    return [o for o in hist if o.return_time != math.inf and _lease_of(o) in keep]
 
 
 def check_linearizable(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 The `lock-set` workload adds one element per critical section to an unprotected set,
 by reading it, holding the lock, and writing it back with the element added
-(`workloads/lock_set.py`). The final read of each set (a `read` whose `ok` value has
-`elements`, taken by the recovery worker after every fault healed) decides:
+(`workloads/lock_set.py`). The store's last word decides: the `final-state` event it
+records when it stops, after every client has stopped, with each set's elements:
 
 * an `ok` add whose element is missing is **lost** (a violation): another holder's
   write, based on a read taken before this add applied, replaced the set. Each lost
@@ -16,7 +16,7 @@ by reading it, holding the lock, and writing it back with the element added
   (`fail`), is **unexpected** (a violation: the store invented or kept what it was
   told was refused).
 
-No final read of a key that has adds: the outcome is unknown, never valid.
+No final state (the run was killed before the store could stop): unknown, never valid.
 """
 
 from __future__ import annotations
@@ -75,27 +75,24 @@ def _eraser(lost: _Add, adds: list[_Add]) -> _Add | None:
 
 def check_lock_set(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
     adds: dict[str, list[_Add]] = {}
-    finals: dict[str, Op] = {}
     for pair in pair_ops(ops):
         inv, key = pair.invoke, pair.invoke.key
-        if key is None:
-            continue
-        if inv.f == "add":
+        if key is not None and inv.f == "add":
             adds.setdefault(key, []).append(_Add(_get(inv.value, "element"), pair))
-        elif (inv.f == "read" and pair.complete is not None and pair.type == "ok"
-              and isinstance(_get(pair.complete.value, "elements"), list)):
-            prev = finals.get(key)
-            if prev is None or pair.complete.index > prev.index:
-                finals[key] = pair.complete
+    finals: dict[str, list[Any]] | None = None  # None: the store never said
+    for o in ops:  # the last final state counts; a name it does not list was never written
+        sets = _get(o.value, "sets") if o.type == "event" and o.f == "final-state" else None
+        if isinstance(sets, dict):
+            finals = {k: v["elements"] for k, v in sets.items()
+                      if isinstance(v, dict) and isinstance(v.get("elements"), list)}
     lost: list[dict[str, Any]] = []
     unexpected: list[dict[str, Any]] = []
-    unread = sorted(k for k, a in adds.items() if a and k not in finals)
+    unread = sorted(k for k, a in adds.items() if a) if finals is None else []
     counts = {"acknowledged": 0, "indeterminate": 0, "indeterminate_present": 0, "failed": 0}
     per_key: dict[str, dict[str, int]] = {}
-    for key in sorted(set(adds) | set(finals)):
+    for key in sorted(set(adds) | set(finals or {})):
         key_adds = adds.get(key, [])
-        final = finals.get(key)
-        present = set(map(_hashable, final.value["elements"])) if final is not None else None
+        present = set(map(_hashable, finals.get(key, []))) if finals is not None else None
         k_lost = 0
         for a in key_adds:
             if a.type == "ok":
@@ -146,15 +143,17 @@ def summary(r: dict[str, Any]) -> str:
             by = ex.get("erased_by")
             how = (f", erased by process {by['process']}'s add (index {by['index']}) "
                    f"that had read version {by['read_version']}") if by else ""
-            parts.append(f"{r['lost_count']} of {r['acknowledged']} acknowledged adds lost "
+            parts.append(f"lost updates: {r['lost_count']} of {r['acknowledged']} "
+                         f"acknowledged adds lost "
                          f"(first: {ex['key']} element {ex['element']!r} of process "
                          f"{ex['process']}, index {ex['index']}{how})")
         if r["unexpected_count"]:
             parts.append(f"{r['unexpected_count']} unexpected elements in the final sets")
         return "; ".join(parts)
     if r["unread_keys"]:
-        return f"no final read of {', '.join(r['unread_keys'])}: cannot tell what was lost"
+        return ("no final state of the sets (the store never stopped?): cannot tell "
+                "what was lost")
     if not r["acknowledged"]:
         return "no add was acknowledged"
-    return (f"all {r['acknowledged']} acknowledged adds present; "
+    return (f"set intact: all {r['acknowledged']} acknowledged adds present; "
             f"{r['indeterminate_present']} of {r['indeterminate']} uncertain adds made it")

@@ -130,6 +130,7 @@ def check_mutual_exclusion(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
         "self_overlap_count": sweep.self_count,
         "self_overlaps": sweep.self_examples,
     }
-    if not sections:
-        result["note"] = "no critical sections (enter/exit events) in the history"
+    if not sections:  # nothing was checked: that is not a pass
+        why = "no critical sections (enter/exit events) in the history"
+        result.update(valid="unknown", note=why, nothing_checked=why)
     return result

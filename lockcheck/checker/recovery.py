@@ -14,7 +14,8 @@ from lockcheck.history import Op
 
 def check_recovery(ops: list[Op], test: dict[str, Any]) -> dict[str, Any]:
     worker = test.get("recovery_worker")
-    keys = [f"k{i}" for i in range(int(test.get("keys", 0) or 0))]
+    keys = list(test.get("recovery_keys")
+                or [f"k{i}" for i in range(int(test.get("keys", 0) or 0))])
     mine = [o for o in ops if o.worker == worker and worker is not None
             and o.process != "nemesis"]
     if not mine:

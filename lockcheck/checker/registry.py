@@ -8,6 +8,7 @@ from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.lock_set import check_lock_set
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
+from lockcheck.checker.settlement import check_settlement
 
 CHECKERS: dict[str, Checker] = {
     "mutual-exclusion": check_mutual_exclusion,
@@ -15,8 +16,10 @@ CHECKERS: dict[str, Checker] = {
     "lease-safety": check_lease_safety,
     "linearizable": check_linearizable,
     "lock-set": check_lock_set,
+    "settlement": check_settlement,
 }
 
+# for histories whose test.json names no checkers (runs written before it did)
 DEFAULT_CHECKERS: dict[str, list[str]] = {
     "mutex": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
     "fenced": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],

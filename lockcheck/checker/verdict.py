@@ -5,13 +5,17 @@
 - `fenced` workload: the protected resource is on trial. `fencing.resource_valid`
   decides; overlapping critical sections and duplicate fences are reported but do not
   decide (they are why fencing exists). No fencing result means "unknown".
-- `lock-set` workload: the unprotected set is on trial, as in Jepsen's etcd lock-set:
-  the `lock-set` checker decides (an acknowledged add missing from the final set is a
-  lost update); overlapping critical sections are reported as the cause.
+- `lock-set` and `settlement` workloads: the resource is on trial, and its checker
+  decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
+  the final set is a lost update); overlapping critical sections are reported as the
+  cause.
 
 In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
-unless another is False; in `fenced`, only the fencing checker can. No checker
-results at all is "unknown".
+unless another is False; in `fenced`, only the fencing checker can. A checker that
+found nothing of its kind to check (``nothing_checked``: no critical sections, no
+fences) abstains, and the others decide; when every checker abstains, or there are
+no results at all, the verdict is "unknown". Nothing checked is never valid: in
+`fenced`, a run in which no write reached the resource is "unknown" too.
 """
 
 from __future__ import annotations
@@ -89,7 +93,16 @@ def _failure(name: str, r: dict[str, Any]) -> str:
     return f"{name}: {summary}" if summary else f"{name} failed"
 
 
+def _abstains(r: dict[str, Any]) -> bool:
+    return bool(r.get("nothing_checked")) and r.get("valid") not in (True, False)
+
+
 def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    idle = {n: r for n, r in results.items() if _abstains(r)}
+    results = {n: r for n, r in results.items() if n not in idle}
+    if not results:
+        return "unknown", "unknown: nothing was checked: " + "; ".join(
+            f"{n}: {r['nothing_checked']}" for n, r in idle.items())
     valid = merge_valid([r.get("valid", "unknown") for r in results.values()])
     if valid is False:
         return False, "; ".join(
@@ -124,7 +137,11 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     saves = _count(fe, "saves")
     accepted = _count(fe, "accepted")
     if not accepted and not saves:
-        return True, "resource safe (vacuously: no write reached the resource)" + tail
+        if _count(fe, "unfenced_rejections"):
+            return "unknown", ("unknown: the resource refused every write because none "
+                               "carried a fence (the backend issues none), so it was not "
+                               "tested" + tail)
+        return "unknown", "unknown: no write reached the resource, so it was not tested" + tail
     split = ""
     if saves and "saves_stale_holder" in fe:
         split = (f": {_count(fe, 'saves_stale_holder')} from a holder that had lost the lock, "
@@ -137,18 +154,22 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     )
 
 
-def _lock_set_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
-    ls = results.get(LOCK_SET)
-    if ls is None:
-        return "unknown", "unknown: no lock-set result, so nothing is known about the set"
+def _decided_by(name: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """A workload whose resource is on trial: its checker decides; overlapping critical
+    sections are context (they are why the resource's own layers exist)."""
+    r = results.get(name)
+    if r is None:
+        return "unknown", f"unknown: no {name} result"
     context = _overlaps(results.get(MUTEX))
     tail = f"; {context}" if context else ""
-    valid = ls.get("valid")
+    valid = r.get("valid")
     if valid is False:
-        return False, f"lost updates: {ls.get('summary', 'see the lock-set checker')}{tail}"
+        return False, f"{name}: {r.get('summary', 'failed')}{tail}"
     if valid is not True:
-        return "unknown", _unknown_reason({LOCK_SET: ls})
-    return True, f"set intact: {ls.get('summary', '')}{tail}"
+        why = r.get("summary") or r.get("nothing_checked") or r.get("error") or \
+            "could not decide"
+        return "unknown", f"unknown: {name}: {why}{tail}"
+    return True, f"{r.get('summary', name + ' passed')}{tail}"
 
 
 def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
@@ -157,8 +178,8 @@ def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[obje
         return "unknown", "unknown: no checker results"
     if workload == "fenced":
         return _fenced_verdict(results)
-    if workload == LOCK_SET:
-        return _lock_set_verdict(results)
+    if workload in (LOCK_SET, "settlement"):
+        return _decided_by(workload, results)
     if workload != "mutex":
         valid, text = _mutex_verdict(results)
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"

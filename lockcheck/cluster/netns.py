@@ -347,7 +347,14 @@ def cleanup_leftovers(registry: Registry, *, include_live: bool = False) -> list
 
     Returns the run ids cleaned. Resources are found through the registry and, for a
     run killed before it could write its registry entry, by lockcheck's own names.
+    Under the registry lock: a run starting meanwhile registers itself (under the same
+    lock) before it creates anything, so its new bridge is never taken for an orphan.
     """
+    with registry.locked():
+        return _cleanup_leftovers(registry, include_live)
+
+
+def _cleanup_leftovers(registry: Registry, include_live: bool) -> list[str]:
     cleaned: list[str] = []
     live_ids: set[str] = set()
     for st in registry.all():

@@ -25,15 +25,16 @@ DEFAULT_PORT = 6379
 START_TIMEOUT_S = 10.0
 
 
-def redis_binary() -> str:
-    path = shutil.which("redis-server")
+def redis_binary(program: str = "redis-server") -> str:
+    path = shutil.which(program)
     if path is None:
-        raise BadInput("redis-server not found; install it with: apt-get install -y redis-server")
+        raise BadInput(f"{program} not found; install it with: apt-get install -y {program}")
     return path
 
 
-def redis_version() -> str:
-    out = subprocess.run([redis_binary(), "--version"], capture_output=True, text=True).stdout
+def redis_version(program: str = "redis-server") -> str:
+    out = subprocess.run([redis_binary(program), "--version"], capture_output=True,
+                         text=True).stdout
     for part in out.split():
         if part.startswith("v="):
             return part[2:]
@@ -61,6 +62,10 @@ class RedisServer:
     daemon: Daemon | None = None
     program: str = "redis-server"
     label: str = "redis"  # names its folder and log files on the node
+    # a config file read before the options (a replica's `replicaof`): CONFIG REWRITE,
+    # as Sentinel sends it, keeps a changed role there across a restart
+    config: Path | None = None
+    made_dir: bool = False
 
     @property
     def dir(self) -> Path:
@@ -76,10 +81,11 @@ class RedisServer:
         return self.dir / f"{self.label}.stderr.log"
 
     def argv(self) -> list[str]:
+        config = [str(self.config)] if self.config else []
         args = [
-            redis_binary(), "--bind", self.node.address, "--port", str(self.port),
-            "--protected-mode", "no", "--dir", str(self.dir), "--daemonize", "no",
-            "--logfile", str(self.log_path),
+            redis_binary(self.program), *config, "--bind", self.node.address,
+            "--port", str(self.port), "--protected-mode", "no", "--dir", str(self.dir),
+            "--daemonize", "no", "--logfile", str(self.log_path),
         ]
         if self.persistence:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
@@ -89,7 +95,9 @@ class RedisServer:
 
     def launch(self) -> None:
         """Start the process; `wait_ready` waits for it (so a whole set starts at once)."""
-        self.node.run(["mkdir", "-p", str(self.dir)])
+        if not self.made_dir:  # a restart after a kill is on the clock: skip a round trip
+            self.node.run(["mkdir", "-p", str(self.dir)])
+            self.made_dir = True
         self.daemon = self.node.spawn(f"{self.label}-{self.node.name}", self.argv(),
                                       log=self.stderr_path, env=self.env or None)
 
@@ -129,6 +137,31 @@ class RedisServer:
         return [self.log_path, self.stderr_path]
 
 
+class RedisProcesses:
+    """Kill, start, pause and resume the redis-server of a node (the `Killable` and
+    `Pausable` capabilities of every database made of `RedisServer`s)."""
+
+    servers: dict[str, RedisServer]
+
+    def kill(self, node: str) -> None:
+        self.servers[node].kill()
+
+    def start(self, node: str) -> None:
+        s = self.servers[node]
+        if not s.alive():
+            s.start()
+
+    def alive(self, node: str) -> bool:
+        return self.servers[node].alive()
+
+    def pause(self, node: str) -> None:
+        self.servers[node].pause()
+
+    def resume(self, node: str) -> None:
+        self.servers[node].resume()
+
+
+
 class RedisClocks:
     """The `Clock` capability of a database made of `RedisServer`s: redis-server reads
     the wall clock through the C library, so libfaketime moves it (`cluster/faketime.py`:
@@ -164,14 +197,18 @@ class RedisClocks:
     def reset_clock(self, node: str) -> None:
         self.set_clock(node, 0.0)
 
-    def forget_clock_files(self, server: RedisServer, pid: int | None) -> None:
-        """A faked server that was killed leaves libfaketime's files on its node: remove
-        them now, before its PID can be reused by another faked process."""
+    def kill(self, node: str) -> None:
+        """Kill (with the processes' capability next in line), then remove the files
+        libfaketime leaves on the node, before the PID can be reused by another faked
+        process (whose fake clock would then fail to start)."""
+        s = self.servers[node]
+        pid = s.daemon.pid if s.daemon is not None else None
+        super().kill(node)  # type: ignore[misc]
         if self.faking and pid is not None:
-            server.node.run(["rm", "-f", *map(str, faketime.shm_files(pid))], check=False)
+            s.node.run(["rm", "-f", *map(str, faketime.shm_files(pid))], check=False)
 
 
-class RedisDB(RedisClocks):
+class RedisDB(RedisClocks, RedisProcesses):
     """Independent Redis masters, one per node (`redis`, `redlock`).
 
     Killable (a killed master restarts empty: no persistence unless the backend asks
@@ -209,27 +246,7 @@ class RedisDB(RedisClocks):
                        "pid": s.daemon.pid if s.daemon else None}
                 for name, s in self.servers.items()}
 
-    # -- capabilities ----------------------------------------------------------------
-
-    def kill(self, node: str) -> None:
-        s = self.servers[node]
-        pid = s.daemon.pid if s.daemon is not None else None
-        s.kill()
-        self.forget_clock_files(s, pid)
-
-    def start(self, node: str) -> None:
-        s = self.servers[node]
-        if not s.alive():
-            s.start()
-
-    def alive(self, node: str) -> bool:
-        return self.servers[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.servers[node].pause()
-
-    def resume(self, node: str) -> None:
-        self.servers[node].resume()
+    # -- capabilities (and those of RedisClocks and RedisProcesses) -----------------
 
     def log_files(self) -> dict[str, Sequence[Path]]:
         return {name: s.log_files() for name, s in self.servers.items()}

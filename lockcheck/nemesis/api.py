@@ -62,8 +62,11 @@ class RunContext:
     db: DB
     workers: Sequence[WorkerRef]
     holders: Callable[[], list[Holding]]
+    # the next holder to leave its critical section, waiting up to the given seconds
+    next_exit: Callable[[float], Holding | None] | None = None
     # what the faults' prepare steps made (nemesis/registry.py), by step
     prepared: Mapping[str, Any] = field(default_factory=dict)
+
 
 
 @dataclass(frozen=True, kw_only=True)

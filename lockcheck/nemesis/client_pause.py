@@ -5,6 +5,11 @@ thread of the process stops), its lease expires, another client is granted the l
 and the holder wakes up believing it still holds it. No lock service can prevent
 this; only a resource that checks the fence can. The victim is chosen from the live
 history (`Holders`), so every pause hits someone inside a critical section.
+
+With `--pause-at release` the pause lands instead the moment a holder records the end
+of its critical section, that is while it releases: a stall between a check and the
+act that depends on it (GET, then DEL) is what a release that is not atomic gets
+wrong, and a random pause almost never lands in that window.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ class Holders:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inside: dict[tuple[str, Any], Holding] = {}
+        self._exited = threading.Condition(self._lock)
+        self._exits = 0
+        self._last_exit: Holding | None = None
 
     def observe(self, op: Mapping[str, Any]) -> None:
         if op.get("type") != "event" or op.get("key") is None:
@@ -39,11 +47,23 @@ class Holders:
                     key=str(op["key"]), fence=v.get("fence") if isinstance(v, dict) else None,
                     since_ns=int(op.get("time", 0)))
             elif op.get("f") == "exit":
-                self._inside.pop(k, None)
+                h = self._inside.pop(k, None)
+                if h is not None:
+                    self._last_exit, self._exits = h, self._exits + 1
+                    self._exited.notify_all()
 
     def now(self) -> list[Holding]:
         with self._lock:
             return list(self._inside.values())
+
+    def next_exit(self, timeout: float) -> Holding | None:
+        """The next holder to leave its critical section from now on (it is releasing
+        right now), or None if nobody does within `timeout` seconds."""
+        with self._lock:
+            seen = self._exits
+            if not self._exited.wait_for(lambda: self._exits != seen, timeout):
+                return None
+            return self._last_exit
 
 
 @dataclass
@@ -52,12 +72,15 @@ class ClientPause:
     holders: Callable[[], list[Holding]]
     hold_s: float  # --pause-ms
     wait_s: float  # how long to wait for someone to hold a lock
+    next_exit: Callable[[float], Holding | None] | None = None  # set: pause at release
     name: str = "client-pause"
     start_f: str = "pause-client"
     stop_f: str = "resume-client"
     _paused: list[WorkerRef] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
+        if self.next_exit is not None:
+            return self._at_release()
         by_index = {w.index: w for w in self.workers}
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -69,7 +92,19 @@ class ClientPause:
         if not inside:
             return {"fault": self.name, "targets": [], "skipped": "no client held a lock"}
         h = rng.choice(sorted(inside, key=lambda x: (x.worker, x.key)))
-        w = by_index[h.worker]
+        return self._stop(by_index[h.worker], h)
+
+    def _at_release(self) -> dict[str, Any]:
+        assert self.next_exit is not None
+        by_index = {w.index: w for w in self.workers}
+        deadline = time.monotonic() + self.wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            h = self.next_exit(left)
+            if h is not None and h.worker in by_index and by_index[h.worker].daemon.alive():
+                return {**self._stop(by_index[h.worker], h), "at": "release"}
+        return {"fault": self.name, "targets": [], "skipped": "no client released a lock"}
+
+    def _stop(self, w: WorkerRef, h: Holding) -> dict[str, Any]:
         w.daemon.signal(signal.SIGSTOP)
         self._paused = [w]
         return {"fault": self.name, "targets": [w.host], "worker": w.index,
@@ -91,4 +126,5 @@ def client_pause(ctx: RunContext) -> ClientPause:
     spec = ctx.spec
     pause_ms = spec.pause_ms if spec.pause_ms is not None else 2 * spec.ttl_ms
     return ClientPause(ctx.workers, ctx.holders, pause_ms / 1000.0,
-                       wait_s=max(1.0, spec.hold_ms[1] / 1000.0))
+                       wait_s=max(1.0, spec.hold_ms[1] / 1000.0),
+                       next_exit=ctx.next_exit if spec.pause_at == "release" else None)

@@ -87,7 +87,7 @@ def prepare(ctx: PrepareContext) -> Proxies:
             port = ports.get(node.name)
             if not isinstance(port, int):
                 continue
-            argv = [sys.executable, "-m", "lockcheck.cluster.delay_proxy", node.address,
+            argv = [sys.executable, "-P", "-m", "lockcheck.cluster.delay_proxy", node.address,
                     str(PROXY_PORT), node.address, str(port), str(CONTROL_PORT)]
             d = node.spawn(f"delay-proxy-{node.name}", argv,
                            log=node.workdir / "delay-proxy.log")

@@ -26,6 +26,25 @@ def pick_targets(names: list[str], rng: random.Random) -> list[str]:
     return sorted(rng.sample(names, rng.randint(1, (n - 1) // 2)))
 
 
+def some(count: Callable[[int], int]) -> Targets:
+    """That many nodes, chosen at random each time."""
+    def targets(names: list[str], rng: random.Random) -> list[str]:
+        return sorted(rng.sample(names, min(len(names), count(len(names)))))
+
+    return targets
+
+
+# `--kill-targets`, as Jepsen's target specs; a majority is what it takes to make a
+# quorum system (Redlock) forget what a majority had granted
+TARGET_SPECS: dict[str, Targets] = {
+    "one-or-minority": pick_targets,
+    "one": some(lambda n: 1),
+    "minority": some(lambda n: max(1, (n - 1) // 2)),
+    "majority": some(lambda n: n // 2 + 1),
+    "all": some(lambda n: n),
+}
+
+
 def _all_or_raise(what: str, nodes: list[str], fn: Any) -> None:
     """Apply `fn` to every node even if some fail; then raise naming the failures."""
     failed = []
@@ -105,7 +124,8 @@ class Pause:
 
 def kill(ctx: RunContext) -> Kill:
     assert isinstance(ctx.db, Killable)
-    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay)
+    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay,
+                targets=TARGET_SPECS[ctx.spec.kill_targets])
 
 
 def pause(ctx: RunContext) -> Pause:

@@ -61,7 +61,11 @@ class NemesisSchedule(threading.Thread):
         try:
             while self.nemeses and self._sleep(self.interval):
                 due: list[tuple[float, int, Nemesis]] = []
-                for i, nem in enumerate(self.group()):
+                # a fault that could not end before the quiet phase is not started
+                fits = [n for n in self.group() if time.monotonic() + n.hold_s <= self.until]
+                if not fits:
+                    break
+                for i, nem in enumerate(fits):
                     if not self.start_one(nem):
                         break
                     due.append((time.monotonic() + nem.hold_s, -i, nem))

@@ -6,7 +6,7 @@ import bisect
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 
@@ -49,6 +49,14 @@ class LiveStats:
                     self.stale_accepted += 1
                 elif t == "fail":
                     self.saves += 1
+
+    def count(self, by_type: Mapping[str, int]) -> None:
+        """Ops seen only by their type, a batch at a time: most of them (the intake
+        reads whole only the events and writes that `observe` looks into)."""
+        with self.lock:
+            for t, n in by_type.items():
+                self.ops += n
+                self.by_type[t] = self.by_type.get(t, 0) + n
 
     def _close(self, key: str, p: Any, start: int, end: int) -> None:
         # kept sorted by end, so only the few that end after this one began are looked

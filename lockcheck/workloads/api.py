@@ -11,10 +11,13 @@ checkers and verdict rule that judge it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from lockcheck.cluster.api import Node
 
 # A body returns None when the section ran to its end, or why it stopped early:
 # "not-owner" (a renew was refused), "lease-expired" (its own lease clock ran out),
@@ -64,11 +67,18 @@ class Outcome:
 class ResourceContext:
     """What the controller gives a workload's resource when it starts it."""
 
-    mode: str  # --resource: "fenced" or "unfenced"
+    mode: str  # --resource, one of the workload's `resources`
     workdir: Path  # the run's temp folder on the controller (sockets)
     run_dir: Path  # the results folder (the resource's own log goes here)
     t0_ns: int
     options: Mapping[str, Any]
+    keys: Sequence[str] = ()  # the lock names of the run
+    clients: int = 0  # how many workers will connect
+    # where the resource may run processes of its own (a server), so that they go
+    # with the run's cleanup; never cut off from clients through a Unix socket
+    host: Node | None = None
+    # appends a record to the history (a resource's final state, say)
+    record: Callable[[dict[str, Any]], None] | None = None
 
 
 class Resource(Protocol):
@@ -92,6 +102,25 @@ class Workload:
     verdict: str  # the rule that turns checker results into the verdict (checker/verdict.py)
     resource: str | None = None  # "module:factory": factory(ResourceContext) -> Resource
     resource_client: str | None = None  # "module:factory": factory(config, timeout_s) -> client
-    # "module:function", called as function(worker) by the recovery worker once it has
-    # taken every lock again: a last look at the resource (lock-set's final read)
-    final: str | None = None
+    resources: tuple[str, ...] = ("fenced", "unfenced")  # the --resource modes it takes
+    # "module:function", called as plan(spec) -> KeyPlan; default: k0..k<--keys - 1>,
+    # each worker choosing among them at random
+    keys: str | None = None
+    # "module:function", called as pick(names, rng, elapsed_s, params) -> name: which lock
+    # a worker takes next (the default: any of them, at random)
+    pick: str | None = None
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """The lock names of a run, what workers need to choose among them, and the names
+    the recovery phase takes once each at the end."""
+
+    names: list[str]
+    params: dict[str, Any]
+    recovery: list[str]
+
+
+def default_keys(n: int) -> KeyPlan:
+    names = [f"k{i}" for i in range(n)]
+    return KeyPlan(names, {}, names)

@@ -4,8 +4,9 @@ Inside the critical section a client reads the set of its lock name from a store
 lock does not fence (`workloads/set_store.py`), holds the lock for `--hold-ms`
 (renewing), then writes the set back with one element added: the grant's own lease
 token, unique to the section. If two holders overlap, the later write erases the
-earlier one's element: a lost update. At the end the recovery worker reads every set
-(`final`), and the `lock-set` checker looks for each acknowledged add in it.
+earlier one's element: a lost update. When the store stops it records every set in
+the history (`final-state`), and the `lock-set` checker looks for each acknowledged
+add there.
 
 Like `fenced`, the client writes unless a renewal was refused: it does not consult
 its own lease clock first (a pause can land after any such check), so a paused holder
@@ -16,7 +17,8 @@ History ops (besides the lock's):
     read   invoke {}                    ok {"version": V, "size": N}
     add    invoke {"element": E, "read_version": V}
            ok {"element": E, "version": W, "read_version": V}
-    read   invoke {"final": true}       ok {"version": V, "elements": [...]}  (recovery)
+    final-state (an event of process "resource")  {"sets": {key: {"version": V,
+                                                               "elements": [...]}}}
 """
 
 from __future__ import annotations
@@ -53,17 +55,3 @@ def body(section: Section) -> Reason:
 
     out = section.call("add", {"element": element, "read_version": version}, add)
     return "indefinite" if out.type == "info" else None
-
-
-def final(worker: Any) -> None:
-    """The recovery worker's last step: read every set, with its elements."""
-    store = worker.resource
-    for key in worker.cfg.keys:
-        if worker.rec.broken:
-            return
-
-        def read(process: int, key: str = key) -> Outcome:
-            r = store.read(key)
-            return Outcome("ok", {"version": r["version"], "elements": r["elements"]})
-
-        worker.call("read", key, {"final": True}, read)

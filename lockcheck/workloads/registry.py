@@ -35,8 +35,21 @@ WORKLOADS: dict[str, Workload] = {
             body="lockcheck.workloads.lock_set:body",
             resource="lockcheck.workloads.set_store:start_store",
             resource_client="lockcheck.workloads.set_store:SetClient",
-            final="lockcheck.workloads.lock_set:final",
             checkers=(*_LOCK_CHECKERS, "lock-set"), verdict="lock-set",
+        ),
+        Workload(
+            name="settlement",
+            description="the brief's payments case: a lock per merchant-day, a PostgreSQL "
+                        "settlements table; each merchant-day must be settled exactly once. "
+                        "--resource unfenced (lock only), fenced (+ fence), idempotent "
+                        "(+ fence + idempotency key)",
+            body="lockcheck.workloads.settlement:body",
+            resource="lockcheck.workloads.settlement:start_store",
+            resource_client="lockcheck.workloads.settlement:SettlementClient",
+            checkers=("settlement", "mutual-exclusion", "lease-safety", "linearizable"),
+            verdict="settlement", resources=("idempotent", "fenced", "unfenced"),
+            keys="lockcheck.workloads.settlement:plan",
+            pick="lockcheck.workloads.settlement:pick",
         ),
     ]
 }

@@ -7,7 +7,9 @@ replaces the whole set and gets the next version number of its name, so a lost
 update can be traced: a write based on a read older than another write erased it.
 
 It runs in the controller; workers reach it over a Unix socket, so no partition cuts
-them from it. Every write is logged to `lock-set.jsonl` in the results folder.
+them from it. Every write is logged to `lock-set.jsonl` in the results folder, and
+when it stops (at the end of the run, after Ctrl-C too) it records every set into the
+history: a `final-state` event of process `resource`, which the lock-set checker reads.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -70,12 +73,23 @@ class SetStore(LoggedStore):
 
     state: SetState
 
-    def __init__(self, socket_path: Path, log_path: Path, t0_ns: int) -> None:
+    def __init__(self, socket_path: Path, log_path: Path, t0_ns: int,
+                 record: Callable[[dict[str, Any]], None] | None = None) -> None:
         super().__init__(socket_path, log_path, "lock-set store")
         self.state = SetState(log=self.log_fh, t0_ns=t0_ns)
+        self.record = record
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         return self.state.handle(req)
+
+    def stop(self) -> None:
+        super().stop()  # no write can land after this
+        if self.record is not None:  # the ground truth, for the lock-set checker
+            with self.state.lock:
+                sets = {k: {"version": self.state.versions.get(k, 0), "elements": list(v)}
+                        for k, v in sorted(self.state.sets.items())}
+            self.record({"process": "resource", "type": "event", "f": "final-state",
+                         "value": {"sets": sets}})
 
 
 class SetClient(JsonLineClient):
@@ -94,4 +108,4 @@ class SetClient(JsonLineClient):
 
 
 def start_store(ctx: ResourceContext) -> SetStore:
-    return SetStore(ctx.workdir / "lock-set.sock", ctx.run_dir / LOG, ctx.t0_ns)
+    return SetStore(ctx.workdir / "lock-set.sock", ctx.run_dir / LOG, ctx.t0_ns, ctx.record)

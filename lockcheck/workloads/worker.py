@@ -61,6 +61,8 @@ class WorkerConfig:
     resource: dict[str, Any] | None = None
     mode: str = "run"  # "run" or "recover"
     recover_s: float = 10.0
+    recovery_keys: list[str] | None = None  # what `recover` takes (default: every key)
+    key_params: dict[str, Any] = field(default_factory=dict)  # the workload's KeyPlan
     options: dict[str, Any] = field(default_factory=dict)
     hold_dist: str | None = None  # a long-tail law (workloads/hold.py); None: uniform
     # recording on and off in turns of this many seconds (benchmarks/bench_overhead.py)
@@ -208,6 +210,25 @@ class LeaseValues:
         return Encoded(f"{base[:-1]}, {_dumps(extra)[1:]}")
 
 
+# which lock the worker takes next (a workload's scheduler); may record ops of its own
+Picker = Callable[["Worker"], str]
+
+
+def recorded(rec: Recorder, process: int, f: str, key: str | None,
+             value: Mapping[str, Any], fn: Callable[[int], Outcome]) -> Outcome:
+    """Record `invoke f value`, run `fn(process)`, record its completion:
+    OSError/TimeoutError or `Indefinite` is `info`, `Definite` is `fail`."""
+    rec(process, "invoke", f, key, dict(value))
+    try:
+        out = fn(process)
+    except (OSError, Indefinite) as e:
+        out = Outcome("info", dict(value), str(e)[:80] or type(e).__name__)
+    except Definite as e:
+        out = Outcome("fail", dict(value), str(e)[:80])
+    rec(process, out.type, f, key, out.value, out.error)
+    return out
+
+
 class CriticalSection:
     """The `workloads.api.Section` a body runs in; renews the lease when due."""
 
@@ -283,17 +304,19 @@ class CriticalSection:
 
     def call(self, f: str, value: Mapping[str, Any],
              fn: Callable[[int], Outcome]) -> Outcome:
-        out = self.worker.record_call(f, self.key, value, fn)
+        out = recorded(self.worker.rec, self.worker.process, f, self.key, value, fn)
         if out.type == "info":
-            self.retired = True  # the worker retires once the section has ended
+            self.retired = True  # the section ends; the worker retires before releasing
         return out
 
 
 class Worker:
     def __init__(self, cfg: WorkerConfig, clients: Mapping[str, LockClient], rec: Recorder,
-                 body: Callable[[CriticalSection], Reason], resource: Any = None) -> None:
+                 body: Callable[[CriticalSection], Reason], resource: Any = None,
+                 pick: Picker | None = None) -> None:
         self.cfg, self.clients, self.rec, self.body = cfg, clients, rec, body
         self.resource = resource
+        self.pick = pick
         self.rng = random.Random(cfg.seed * 1_000_003 + cfg.worker)
         self.process = cfg.worker
         self.stopping = threading.Event()
@@ -304,42 +327,31 @@ class Worker:
     def retire(self) -> None:
         self.process += self.cfg.process_stride
 
-    def record_call(self, f: str, key: str | None, value: Mapping[str, Any],
-                    fn: Callable[[int], Outcome]) -> Outcome:
-        """Record `invoke f value`, run `fn(process)`, record its completion. OSError
-        or Indefinite from `fn` is `info`, Definite is `fail`."""
-        p = self.process
-        self.rec(p, "invoke", f, key, dict(value))
-        try:
-            out = fn(p)
-        except (OSError, Indefinite) as e:
-            out = Outcome("info", dict(value), str(e)[:80] or type(e).__name__)
-        except Definite as e:
-            out = Outcome("fail", dict(value), str(e)[:80])
-        self.rec(p, out.type, f, key, out.value, out.error)
-        return out
-
-    def call(self, f: str, key: str | None, value: Mapping[str, Any],
-             fn: Callable[[int], Outcome]) -> Outcome:
-        """A recorded op outside any critical section; an `info` retires at once."""
-        out = self.record_call(f, key, value, fn)
-        if out.type == "info":
-            self.retire()
-        return out
-
     def backoff(self) -> None:
         lo, hi = self.cfg.backoff_ms
         self.rec.flush()
         self.stopping.wait(self.rng.uniform(lo, hi) / 1000.0)
 
+    def next_key(self) -> str:
+        return self.rng.choice(self.cfg.keys) if self.pick is None else self.pick(self)
+
+    def call(self, f: str, key: str | None, value: Mapping[str, Any],
+             fn: Callable[[int], Outcome]) -> Outcome:
+        """A recorded op outside any critical section (a scheduler's query, say)."""
+        out = recorded(self.rec, self.process, f, key, value, fn)
+        if out.type == "info":
+            self.retire()
+        return out
+
     def run(self) -> None:
         while not self.stopping.is_set() and not self.rec.broken:
-            self.one_round(self.rng.choice(self.cfg.keys))
+            self.one_round(self.next_key())
 
     def recover(self) -> None:
         """Take every lock once (retrying), as the last phase of a run."""
         deadline = time.monotonic() + self.cfg.recover_s
-        for key in self.cfg.keys:
+        keys = self.cfg.recovery_keys if self.cfg.recovery_keys is not None else self.cfg.keys
+        for key in keys:
             while (time.monotonic() < deadline and not self.rec.broken
                    and not self.stopping.is_set()):
                 if self.one_round(key, body=lambda s: None):
@@ -447,16 +459,12 @@ def main(argv: list[str]) -> int:
     resource = None
     if cfg.resource is not None and workload.resource_client is not None:
         resource = load(workload.resource_client)(cfg.resource, cfg.op_timeout_s)
-    w = Worker(cfg, clients, rec, load(workload.body), resource)
+    w = Worker(cfg, clients, rec, load(workload.body), resource,
+               load(workload.pick) if workload.pick else None)
     watch_stdin(w)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            if cfg.mode == "recover":
-                w.recover()
-                if workload.final is not None:  # e.g. the final read of lock-set
-                    load(workload.final)(w)
-            else:
-                w.run()
+            w.recover() if cfg.mode == "recover" else w.run()
     finally:
         rec.flush()
         for c in {id(c): c for c in clients.values()}.values():

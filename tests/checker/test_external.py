@@ -69,7 +69,7 @@ def test_lockcheck_history_illegal(tmp_path: Path) -> None:
 def test_mutex_model_on_lockcheck_history(tmp_path: Path) -> None:
     r = run(write_jsonl(tmp_path / "h.jsonl", GOOD), model="mutex")
     assert r["valid"] is True
-    assert r["details"]["path"] == "search"
+    assert r["details"]["path"] == "fast"
 
 
 @pytest.mark.parametrize("name", ["lease-safety", "linearizable", "mutual-exclusion", "fencing"])
@@ -283,3 +283,21 @@ def test_porcupine_logs_malformed(tmp_path: Path) -> None:
     assert e.value.line == 2
     with pytest.raises(BadInput):
         run(p, model="mutex")
+
+
+def test_nothing_checked_is_unknown_in_every_format(tmp_path: Path) -> None:
+    empty = tmp_path / "etcd_999.log"
+    empty.write_text("")
+    r = run(empty, fmt="porcupine-etcd")
+    assert r["valid"] == "unknown" and "empty" in r["not_checked"]
+    reads = H().op(0, "invoke", "read", "k", None, 1).op(0, "ok", "read", "k", 3, 2).ops()
+    r = run(write_jsonl(tmp_path / "history.jsonl", reads), model="fenced-mutex")
+    assert r["valid"] == "unknown" and "read (2)" in r["not_checked"]
+    # a lock model on a history of locks and something else drops that kind: unknown
+    mixed = GOOD + H().op(7, "invoke", "cas", "k", [1, 2], 90).op(7, "ok", "cas", "k", None,
+                                                                   95).ops()
+    p = tmp_path / "mixed.edn"
+    p.write_text("\n".join(
+        f"{{:type :{o.type}, :f :{o.f}, :process {o.process}, :time {o.time}}}" for o in mixed))
+    r = run(p, model="mutex")
+    assert r["valid"] == "unknown" and "cas (2)" in r["not_checked"]

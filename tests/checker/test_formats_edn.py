@@ -104,17 +104,18 @@ def test_values_keys_and_fences() -> None:
     {:type :invoke, :f :cas, :value [1 2], :process 0}
     {:type :invoke, :f :cas, :value ["k" [1 2]], :process 1}
     {:type :invoke, :f :write, :value [:x 4], :process 2}
+    {:type :invoke, :f :acquire, :value nil, :process 3}
     {:type :ok, :f :acquire, :value 7, :process 3}
     {:type :invoke, :f :acquire, :value ["lk" {:ttl-ms 500}], :process 4}
-    {:type :ok, :f :release, :value {:fence 3}, :process 5}
+    {:type :invoke, :f :release, :value {:fence 3}, :process 5}
     """
     ops = parse_jepsen_edn(text)
     assert (ops[0].key, ops[0].value) == (None, [1, 2])
     assert (ops[1].key, ops[1].value) == ("k", [1, 2])
     assert (ops[2].key, ops[2].value) == ("x", 4)
-    assert (ops[3].key, ops[3].value, ops[3].fence) == ("lock", {"fence": 7}, 7)
-    assert (ops[4].key, ops[4].value) == ("lk", {"ttl_ms": 500})
-    assert ops[5].fence == 3
+    assert (ops[4].key, ops[4].value, ops[4].fence) == ("lock", {"fence": 7}, 7)
+    assert (ops[5].key, ops[5].value) == ("lk", {"ttl_ms": 500})
+    assert ops[6].fence == 3
 
 
 def test_records_are_read_as_maps() -> None:

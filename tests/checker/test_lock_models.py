@@ -203,7 +203,10 @@ def test_fast_path_applies_with_distinct_fences() -> None:
 def test_fast_path_explains_fence_inversion() -> None:
     v = fast_check([acq(0, 0, 1, 5), acq(1, 2, 3, 4)])
     assert v.result is CheckResult.ILLEGAL
-    assert "lower fence 4" in v.reason
+    assert "fence 4 is below fence 5" in v.reason
+    assert "acquire(0) -> fence 5 completed at 1 before acquire(1) -> fence 4 was invoked" in (
+        v.reason
+    )
     assert len(v.witness) == 2
 
 
@@ -213,8 +216,10 @@ def test_fast_path_explains_fence_inversion() -> None:
         ([acq(0, 0, 1, 1), acq(1, 2, 3, 1)], "granted twice"),
         ([acq(0, 0, 1, 1), rel(0, 2, 3, 1), rel(0, 4, 5, 1)], "released twice"),
         ([acq(0, 0, 1, 1), rel(0, 2, 3, 1), ren(0, 4, 5, 1)], "renewed after it had been released"),
-        ([acq(0, 0, 1, 1), acq(1, 2, 3, 2), rel(0, 4, 5, 1)], "older lease"),
-        ([rel(0, 0, 1, 1), acq(0, 2, 3, 1)], "used before it was granted"),
+        ([acq(0, 0, 1, 1), acq(1, 2, 3, 2), rel(0, 4, 5, 1)], "no order of the grants"),
+        ([rel(0, 0, 1, 1), acq(0, 2, 3, 1)], "by no acquire invoked before that"),
+        ([acq(0, 0, 1, 1), rel(1, 2, 3, 1)], "by no acquire invoked before that"),
+        ([acq(0, 0, 1, 1), rel(0, 2, 3, 2)], "names fence 2"),
     ],
 )
 def test_fast_path_violation_kinds(ops: list[Operation], words: str) -> None:
@@ -227,15 +232,41 @@ def test_fast_path_violation_kinds(ops: list[Operation], words: str) -> None:
 @pytest.mark.parametrize(
     "ops",
     [
-        [acq(0, 0, 1, None)],  # no fence
-        [acq(0, 0, INF), rel(0, 2, 3, 3)],  # names a lease no ok acquire granted
-        [acq(0, 0, 1, 1), rel(1, 2, 3, 1)],  # another client's lease
-        [acq(0, 0, 1, 1), rel(0, 2, 3, None)],  # names no lease
+        [acq(0, 0, 1, None), rel(0, 2, 3), acq(1, 2.5, 4, None)],  # no fences
+        [acq(0, 0, 1, 1), rel(0, 2, 3, None), acq(1, 4, 5, 2)],  # release names no fence
+        [acq(0, 0, 1, None), ren(0, 2, 3), acq(1, 4, 5, None), acq(0, 6, 7), rel(0, 8, 9)],
+    ],
+)
+@pytest.mark.parametrize("model", ["mutex", "fenced-mutex"])
+def test_fast_path_applies_without_fences(ops: list[Operation], model: str) -> None:
+    v = fast_check(ops, model)
+    search = check_operations(mutex if model == "mutex" else fenced_mutex, ops)
+    assert v.result is search, v.reason
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [acq(0, 0, INF), rel(0, 2, 3, 3)],  # a crashed acquire may be what it releases
+        [acq(0, 0, 5, 1), rel(0, 2, 3, 1)],  # the release overlaps its own acquire
+        [acq(0, 0, 4, 1), acq(0, 2, 6, 2), rel(0, 8, 9, 2)],  # overlapping grants to one client
     ],
 )
 def test_fast_path_declines(ops: list[Operation]) -> None:
     v = fast_check(ops)
     assert not v.applies and v.reason
+
+
+def test_mutex_fast_path_needs_a_release_before_the_next_grant() -> None:
+    never = [acq(0, 0, 1), acq(1, 2, 3)]
+    v = fast_check(never, "mutex")
+    assert v.result is CheckResult.ILLEGAL and "never released" in v.reason
+    crashed = [acq(0, 0, 1), rel(0, 2, INF), acq(1, 3, 4)]  # the crashed release freed it
+    assert fast_check(crashed, "mutex").result is CheckResult.OK
+    late = [acq(0, 0, 1), acq(1, 2, 3), rel(0, 4, INF)]  # ... but only if it came in time
+    assert fast_check(late, "mutex").result is CheckResult.ILLEGAL
+    for ops in (never, crashed, late):
+        assert fast_check(ops, "mutex").result is check_operations(mutex, ops)
 
 
 # ------------------------------------------------------------------ the lockcheck checker
@@ -297,13 +328,16 @@ def test_checker_reports_the_illegal_key_fast_and_search() -> None:
     assert searched["explanation"].startswith("key 'b': not linearizable")
 
 
-def test_checker_falls_back_to_search_without_fences() -> None:
+def test_checker_decides_without_fences_and_falls_back_when_it_must() -> None:
     ops = H().acquire(0, "k", None, 10, 20).acquire(1, "k", None, 30, 40).ops()
     r = _check(ops)
-    assert r["valid"] is True
-    assert r["path"] == "search"
-    assert "no fence" in r["keys"]["k"]["fast_path_skipped"]
-    assert _check(ops, model="mutex")["valid"] is False
+    assert (r["valid"], r["path"]) == (True, "fast")
+    assert (_check(ops, model="mutex")["valid"], r["path"]) == (False, "fast")
+    # process 0 keeps going after a crashed acquire (not Jepsen-shaped): search
+    odd = H().acquire(0, "k", None, 10, 20, result="info").release(0, "k", None, 30, 40).ops()
+    r = _check(odd, model="mutex")
+    assert (r["valid"], r["path"]) == (True, "search")
+    assert "crashed acquire" in r["keys"]["k"]["fast_path_skipped"]
 
 
 def test_checker_unknown_model() -> None:
@@ -368,6 +402,44 @@ def test_html_for_a_fast_path_verdict_draws_only_the_witness_leases(tmp_path: Pa
     r = check_safe("linearizable", check_linearizable, h.ops(), CheckOptions(html_dir=tmp_path))
     assert r["valid"] is False and r["path"] == "fast"
     item = r["illegal"][0]
-    # leases 99 and 100 and the one before 99 (59): 3 + 2 + 1 ops
-    assert item["html_window_ops"] == 6
+    # the grants of fences 100 (acquire, release) and 99 (acquire)
+    assert item["html_window_ops"] == 3
     assert r["html"] and Path(r["html"][0]).is_file()
+
+
+def _lease_history(release_at: int) -> list[Op]:
+    """The new history format: grants name a lease token; process 0 times out on a renew
+    inside its critical section, retires, and its worker releases as process 5."""
+    h = H(concurrency=5)
+    h.op(0, "invoke", "acquire", "k", {"ttl_ms": 100}, 10)
+    h.op(0, "ok", "acquire", "k", {"fence": 1, "lease": "t-a"}, 20)
+    h.op(0, "invoke", "renew", "k", {"ttl_ms": 100, "fence": 1, "lease": "t-a"}, 30)
+    h.op(0, "info", "renew", "k", None, 40)
+    h.op(5, "invoke", "release", "k", {"fence": None, "lease": "t-a"}, release_at)
+    h.op(5, "ok", "release", "k", {"fence": None, "lease": "t-a"}, release_at + 5)
+    h.op(1, "invoke", "acquire", "k", {"ttl_ms": 100}, 60)
+    h.op(1, "ok", "acquire", "k", {"fence": 2, "lease": "t-b"}, 70)
+    return h.ops()
+
+
+@pytest.mark.parametrize("model", ["mutex", "fenced-mutex"])
+def test_lease_token_names_the_owner(model: str) -> None:
+    ops = _lease_history(release_at=45)
+    conv = lock_operations(ops)
+    release = next(o for o in conv if o.input.f == "release")
+    assert (release.client_id, release.input.client, release.input.fence) == (5, 0, 1)
+    assert _check(ops, model=model)["valid"] is True
+    assert _check(ops, model=model, fast_path=False)["valid"] is True
+    # released after process 1 was granted the lock: the old lease was no longer held
+    late = _lease_history(release_at=80)
+    assert _check(late, model=model)["valid"] is False
+    assert _check(late, model=model, fast_path=False)["valid"] is False
+
+
+def test_without_a_lease_token_a_release_is_its_own_process() -> None:
+    ops = [o for o in _lease_history(release_at=45)]
+    for o in ops:
+        if isinstance(o.value, dict):
+            o.value = {k: v for k, v in o.value.items() if k != "lease"}
+    # process 5 never acquired: its release cannot be legal
+    assert _check(ops, model="mutex")["valid"] is False

@@ -33,9 +33,12 @@ def add(h: H, p: int, key: str, element: str, read_v: int, new_v: int | None, t0
     return h
 
 
-def final(h: H, key: str, elements: list[str], t: int, p: int = 9) -> H:
-    h.op(p, "invoke", "read", key, {"final": True}, t)
-    h.op(p, "ok", "read", key, {"version": len(elements), "elements": elements}, t + 1)
+def final(h: H, key: str, elements: list[str], t: int, more: dict[str, list[str]] | None = None
+          ) -> H:
+    """The store's final state, as it records it when it stops."""
+    sets = {k: {"version": len(v), "elements": v} for k, v in {key: elements,
+                                                                **(more or {})}.items()}
+    h.op("resource", "event", "final-state", None, {"sets": sets}, t)
     return h
 
 
@@ -50,7 +53,7 @@ def test_every_acknowledged_add_present_is_valid() -> None:
     final(h, "k0", ["a", "b"], 100)
     r = check_lock_set(ops_of(h), OPTS)
     assert r["valid"] is True and r["acknowledged"] == 2 and r["lost"] == []
-    assert "all 2 acknowledged adds present" in r["summary"]
+    assert r["summary"].startswith("set intact: all 2 acknowledged adds present")
 
 
 def test_a_lost_update_is_named_with_the_add_that_erased_it() -> None:
@@ -76,7 +79,8 @@ def test_a_lost_update_is_named_with_the_add_that_erased_it() -> None:
     assert lost["erased_by"]["process"] == 2 and lost["erased_by"]["read_version"] == 0
     assert "erased by process 2's add" in r["summary"]
     valid, why = run_verdict("lock-set", {"lock-set": r})
-    assert valid is False and why.startswith("lost updates: 1 of 2 acknowledged adds lost")
+    assert valid is False and why.startswith("lock-set: lost updates: 1 of 2 acknowledged "
+                                             "adds lost")
 
 
 def test_uncertain_adds_may_or_may_not_be_there() -> None:
@@ -102,7 +106,7 @@ def test_a_failed_add_that_shows_up_is_unexpected() -> None:
         ("refused", "its add failed"), ("ghost", "never added")}
 
 
-def test_without_a_final_read_nothing_is_known() -> None:
+def test_without_a_final_state_nothing_is_known() -> None:
     h = H()
     add(h, 0, "k0", "a", 0, 1, 10)
     r = check_lock_set(ops_of(h), OPTS)
@@ -110,19 +114,20 @@ def test_without_a_final_read_nothing_is_known() -> None:
     assert run_verdict("lock-set", {"lock-set": r})[0] == "unknown"
 
 
-def test_keys_are_separate_sets_and_the_last_final_read_counts() -> None:
+def test_keys_are_separate_sets_and_the_last_final_state_counts() -> None:
     h = H()
     add(h, 0, "k0", "a", 0, 1, 10)
     add(h, 1, "k1", "b", 0, 1, 20)
-    final(h, "k0", [], 50)  # an earlier final read (a retry) is superseded
-    final(h, "k0", ["a"], 100)
-    final(h, "k1", ["b"], 110)
+    add(h, 2, "k2", "never-written", 0, None, 30, result="info")
+    final(h, "k0", [], 50)  # an earlier final state is superseded
+    final(h, "k0", ["a"], 100, more={"k1": ["b"]})
     r = check_lock_set(ops_of(h), OPTS)
     assert r["valid"] is True and r["keys"]["k1"] == {"adds": 1, "lost": 0, "final_size": 1}
+    assert r["keys"]["k2"]["final_size"] == 0, "a name the store never wrote is empty"
 
 
 def test_verdict_reports_overlaps_as_the_cause_but_the_set_decides() -> None:
-    ls = {"valid": True, "summary": "all 3 acknowledged adds present"}
+    ls = {"valid": True, "summary": "set intact: all 3 acknowledged adds present"}
     me = {"valid": False, "violation_count": 2, "keys": {"k0": 2}}
     valid, why = run_verdict("lock-set", {"lock-set": ls, "mutual-exclusion": me})
     assert valid is True

@@ -161,10 +161,18 @@ def test_fenced_other_checker_false_does_not_decide() -> None:
     assert run_verdict("fenced", {"fencing": fe(), "lease-safety": {"valid": False}})[0] is True
 
 
-def test_fenced_without_writes_is_vacuously_safe() -> None:
+def test_fenced_without_writes_is_unknown_not_safe() -> None:
     valid, text = run_verdict("fenced", {"fencing": fe(accepted=0)})
-    assert valid is True
-    assert "vacuously" in text
+    assert valid == "unknown"
+    assert "no write reached the resource" in text
+
+
+def test_a_checker_with_nothing_to_check_abstains() -> None:
+    idle = {"valid": "unknown", "nothing_checked": "no fence tokens"}
+    assert run_verdict("mutex", {"mutual-exclusion": me(), "fencing": idle})[0] is True
+    assert run_verdict("mutex", {"mutual-exclusion": me(violations=1), "fencing": idle})[0] is False
+    valid, text = run_verdict("mutex", {"fencing": idle})
+    assert valid == "unknown" and "nothing was checked" in text
 
 
 # -- end to end on a real history ----------------------------------------------------------

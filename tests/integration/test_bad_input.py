@@ -202,14 +202,19 @@ def test_check_binary_file(cli: Any, tmp_path: Path) -> None:
 
 @pytest.fixture
 def path_without_redis(tmp_path: Path) -> str:
-    """A PATH with ip, iptables and python but no redis-server (preflight uses shutil.which)."""
+    """A PATH with ip, iptables, python and the other backends' servers but no
+    redis-server (preflight uses shutil.which)."""
+    from lockcheck.backends import BACKENDS
+
+    servers = {b for backend in BACKENDS.values() for b in backend.binaries}
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for b in ("ip", "iptables"):
+    for b in ("ip", "iptables", *sorted(servers - {"redis-server"})):
         found = shutil.which(b)
         if found is None:
             pytest.skip(f"{b} not installed: preflight would stop at it, not at redis-server")
-        (bindir / b).symlink_to(found)
+        if "/" not in b:  # a server named by its full path is found without PATH
+            (bindir / b).symlink_to(found)
     for b in ("python", "python3"):
         (bindir / b).symlink_to(sys.executable)
     assert shutil.which("redis-server", path=str(bindir)) is None

@@ -167,7 +167,7 @@ def test_lock_set_finds_the_updates_a_paused_holder_erased(lock_set_runs: dict[s
     assert add.f == "add" and add.type == "ok" and add.value["element"] == lost["element"]
     by = lost["erased_by"]
     assert by is not None and ops[by["index"]].f == "add", lost
-    assert res["summary"].startswith("lost updates: ")
+    assert res["summary"].startswith("lock-set: lost updates: ")
     assert "overlapping critical section" in res["summary"]
     final = [o for o in ops.values() if o.f == "read" and o.type == "ok"
              and "elements" in (o.value or {})]

@@ -344,3 +344,39 @@ def test_backends_lists_every_backend_with_its_faults() -> None:
     assert {"partition", "kill", "pause", "client-pause"} <= set(redis["nemeses"])
     assert "kill-primary" not in redis["nemeses"]  # independent masters have no primary
     assert redis["fence"] and redis["client"] == "redis" and redis["client_version"][0].isdigit()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line_no"),
+    [
+        ("h.jsonl",
+         '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "acquire", "key": "k"}\n'
+         '{"index": 1, "time": 2, "process": 1, "type": "ok", "f": "acquire", "key": "k"}\n', 2),
+        ("h.edn", "{:type :ok, :f :acquire, :process 0, :time 1}\n", 1),
+        ("h2.edn", "{:type :invoke, :f :read, :process 0}\n{:type :ok, :f :write, :process 0}\n",
+         2),
+    ],
+)
+def test_check_orphan_completion_is_bad_input(tmp_path: Path, name: str, text: str,
+                                              line_no: int) -> None:
+    p = tmp_path / name
+    p.write_text(text)
+    r = run("check", p)
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert f"{p}:{line_no}: " in one_error_line(r)
+    assert "no open invoke" in r.stderr
+
+
+def test_check_initial_value_and_nothing_checked(tmp_path: Path) -> None:
+    p = tmp_path / "h.edn"
+    p.write_text("{:type :invoke, :f :read, :process 0, :time 1}\n"
+                 "{:type :ok, :f :read, :value 0, :process 0, :time 2}\n")
+    assert run("check", p).exit_code == exitcodes.INVALID  # registers start at nil
+    assert run("check", "--initial", "0", p).exit_code == exitcodes.VALID
+    assert run("check", "--initial", "{:x 0}", "--model", "multi-register", p).exit_code == (
+        exitcodes.UNKNOWN  # no txn ops: nothing checked
+    )
+    bad = run("check", "--initial", "{:x", p)
+    assert bad.exit_code == exitcodes.BAD_INPUT and "--initial" in one_error_line(bad)
+    wrong = run("check", "--initial", "0", "--model", "mutex", p)
+    assert wrong.exit_code == exitcodes.BAD_INPUT

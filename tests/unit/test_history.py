@@ -117,6 +117,23 @@ def test_writer_appends_to_an_existing_file_without_reusing_content(tmp_path: Pa
     assert read_history(p)[0].index == 0
 
 
+def _well_formed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Drop client completions with no open invoke (the reader refuses those)."""
+    open_: set[tuple[Any, str]] = set()
+    out = []
+    for row in rows:
+        _, proc, typ, f = row[:4]
+        k = (proc, f)
+        if typ in ("ok", "fail", "info") and proc != "nemesis":
+            if k not in open_:
+                continue
+            open_.discard(k)
+        elif typ == "invoke":
+            open_.add(k)
+        out.append(row)
+    return out
+
+
 @given(st.lists(st.tuples(st.integers(0, 10**12), st.one_of(st.integers(0, 50),
                                                                 st.just("nemesis")),
                           st.sampled_from(["invoke", "ok", "fail", "info", "event"]),
@@ -127,6 +144,8 @@ def test_writer_appends_to_an_existing_file_without_reusing_content(tmp_path: Pa
                 max_size=30))
 def test_writer_reader_round_trip(rows: list[tuple[Any, ...]]) -> None:
     import tempfile
+
+    rows = _well_formed(rows)
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "h.jsonl"
@@ -278,3 +297,20 @@ def test_sort_by_time_breaks_ties_by_index() -> None:
     b = Op(process=1, type="invoke", f="x", time=5, index=1)
     c = Op(process=2, type="invoke", f="x", time=1, index=3)
     assert sort_by_time([a, b, c]) == [c, b, a]
+
+
+@pytest.mark.parametrize("typ", ["ok", "fail", "info"])
+def test_a_completion_without_an_open_invoke_is_malformed(tmp_path: Path, typ: str) -> None:
+    text = (line(index=0) + line(index=1, type="ok", value={"fence": 1})
+            + line(index=2, type=typ, f="release", value=None))
+    with pytest.raises(HistoryError, match="no open invoke") as e:
+        read_history(write(tmp_path, text))
+    assert e.value.line == 3
+    # a different process, or a second completion, is an orphan too
+    for extra in (line(index=2, type=typ, process=7), line(index=2, type=typ)):
+        with pytest.raises(HistoryError, match="no open invoke"):
+            read_history(write(tmp_path, line(index=0) + line(index=1, type="ok") + extra))
+    # the nemesis and events are not paired
+    ok = line(index=0, process="nemesis", type="info", f="kill") + line(
+        index=1, type="event", f="enter")
+    assert len(read_history(write(tmp_path, ok))) == 2

@@ -25,25 +25,19 @@ import redis.exceptions as rex
 
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner
 from lockcheck.locks.redis import RedisLockClient, _short, mapped_errors
+from tests.unit.error_kinds import error_kind
+
+from .fake_tcp import tcp_server
 
 # RedisLockClient passes retry_on_timeout=False, which redis-py >= 6 calls deprecated
 pytestmark = pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated")
 
 
-def kind_of(exc: BaseException) -> tuple[str, str]:
-    """("NotOwner"|"Definite"|"Indefinite"|"passes", message) for an exception raised inside."""
-    try:
-        with mapped_errors():
-            raise exc
-    except NotOwner as e:
-        return "NotOwner", str(e)
-    except Definite as e:
-        return "Definite", str(e)
-    except Indefinite as e:
-        return "Indefinite", str(e)
-    except BaseException as e:
-        return "passes", type(e).__name__
-    raise AssertionError("unreachable")
+def kind_of(exc: BaseException,
+            mapper: Callable[[], contextlib.AbstractContextManager[None]] = mapped_errors,
+            ) -> tuple[str, str]:
+    """What `mapper()` (redis-py's mapping by default) turns `exc` into."""
+    return error_kind(mapper, exc)
 
 
 # -- part 1: every exception class ------------------------------------------------------
@@ -195,13 +189,7 @@ def fake_redis(behaviour: Behaviour, seen: list[list[bytes]] | None = None) -> I
     """Answers the handshake (HELLO, CLIENT, SCRIPT) itself, every other command with
     `behaviour`; the other commands are appended to `seen`."""
     seen = seen if seen is not None else []
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    srv.settimeout(0.2)
     stop = threading.Event()
-    conns: list[socket.socket] = []
 
     def serve_one(c: socket.socket) -> None:
         f = c.makefile("rb")
@@ -230,28 +218,8 @@ def fake_redis(behaviour: Behaviour, seen: list[list[bytes]] | None = None) -> I
             with contextlib.suppress(OSError):
                 c.close()
 
-    def accept_loop() -> None:
-        while not stop.is_set():
-            try:
-                c, _ = srv.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conns.append(c)
-            threading.Thread(target=serve_one, args=(c,), daemon=True).start()
-
-    t = threading.Thread(target=accept_loop, daemon=True)
-    t.start()
-    try:
-        yield int(srv.getsockname()[1])
-    finally:
-        stop.set()
-        srv.close()
-        for c in conns:
-            with contextlib.suppress(OSError):
-                c.close()
-        t.join(timeout=2)
+    with tcp_server(serve_one, stop) as port:
+        yield port
 
 
 def client(port: int) -> RedisLockClient:

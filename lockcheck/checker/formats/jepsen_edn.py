@@ -19,7 +19,9 @@ Mapping to lockcheck ops (docs/history-format.md):
 
 The EDN reader is our own (small, no dependency): maps, vectors, lists, sets, keywords,
 symbols, strings, characters, integers, floats, nil, booleans, comments, ``#_`` and
-tagged forms. Malformed input raises `HistoryError` with the line.
+tagged forms. Malformed input raises `HistoryError` with the line; so does a completion
+(``:ok``/``:fail``/``:info``) of a client process with no open ``:invoke`` of that
+process before it. Nemesis ops are exempt (Jepsen writes them as ``:info`` pairs).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockcheck.history import TYPES, HistoryError, Op
+from lockcheck.history import TYPES, HistoryError, Op, first_orphan, orphan_message
 
 LOCK_FS = frozenset({"acquire", "release", "renew"})
 
@@ -316,7 +318,11 @@ def parse_jepsen_edn(text: str, path: str = "<edn>", *, allow_truncated: bool = 
         maps = list(zip(lines, items, strict=True))
     else:
         maps = forms
-    return [_op(m, line, n, path) for n, (line, m) in enumerate(maps)]
+    ops = [_op(m, line, n, path) for n, (line, m) in enumerate(maps)]
+    orphan = first_orphan(ops)
+    if orphan is not None:
+        raise HistoryError(path, int(orphan.extra["line"]), orphan_message(orphan))
+    return ops
 
 
 def _op(m: Any, line: int, index: int, path: str) -> Op:

@@ -78,6 +78,8 @@ def parse_etcd_lines(lines: Iterable[str], name: str = "<lines>") -> list[Event]
             continue
         if typ == "info":
             # crashed: leave the op open; the process is never used again
+            if proc not in open_ids:
+                raise ValueError(f"{where}: :info for process {proc} with no open op")
             continue
         if proc not in open_ids:
             raise ValueError(f"{where}: completion for process {proc} with no open op")

@@ -27,11 +27,18 @@ Partitions are searched by resumable generators stepped round-robin in slices of
 pushes: a hard partition cannot starve the others, the first illegal partition ends the
 check, and the timeout and the cache cap are checked between slices. The cache cap
 bounds the total number of memoized configurations over all partitions.
+
+The same search is compiled from ``_csearch.c`` when the install had a C compiler
+(`COMPILED`); the plain check uses it, verbose mode (partial linearizations) always
+runs the Python one. Both take the same steps in the same order, so they give the same
+verdicts, linearizations and cache sizes (tests/checker/test_porcupine_compiled.py).
+Set ``LOCKCHECK_PURE_ENGINE=1`` to use the Python search everywhere.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -48,6 +55,12 @@ from .model import (
 )
 
 SLICE = 2000  # pushes per partition between two looks at the clock / the other partitions
+
+try:  # the compiled search, built by `pip install` when a C compiler is there
+    from . import _csearch  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a copy without the extension
+    _csearch = None
+COMPILED = _csearch is not None and not os.environ.get("LOCKCHECK_PURE_ENGINE")
 
 _OK = CheckResult.OK
 _ILLEGAL = CheckResult.ILLEGAL
@@ -116,6 +129,7 @@ class _Part:
     tr: list[dict[Any, Any] | None]  # call entries: memo state -> next state (or _ILL)
     rid: list[int]  # call entries: index among required ops in call order, -1 if crashed
     cbit: list[int]  # call entries of crashed ops: 1 << index among crashed ops
+    cid: list[int]  # call entries of crashed ops: index among crashed ops, -1 otherwise
     match: list[int]  # call entries: their return entry
     opi: list[int]  # call entries: op index
     req: list[int]  # call entries: 1 if the op must be linearized, 0 if crashed
@@ -147,6 +161,7 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
     tr: list[dict[Any, Any] | None] = [None] * size
     rid = [-1] * size
     cbit = [0] * size
+    cid = [-1] * size
     n_req = 0
     n_crashed = 0
     match = [0] * size
@@ -170,6 +185,7 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
             crashed = op.return_time == math.inf
             if crashed:
                 cbit[e] = 1 << n_crashed
+                cid[e] = n_crashed
                 n_crashed += 1
             else:
                 rid[e] = n_req
@@ -193,6 +209,7 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
         tr=tr,
         rid=rid,
         cbit=cbit,
+        cid=cid,
         match=match,
         opi=opi,
         req=req,
@@ -449,6 +466,21 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
             e = tail if forced else nxt[e]
 
 
+def _compiled_search(part: _Part) -> Generator[None, int, _Outcome]:
+    """`_search` (not verbose) in C: the same steps, resumable the same way."""
+    if part.need == 0:
+        return _OK, (), None, 0
+    search = _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
+                             part.inputs, part.outputs, part.step, part.init, UNKNOWN)
+    budget = yield
+    while True:
+        done = search.run(budget)
+        if done is not None:
+            code, lin, entries = done
+            return (_OK if code == 0 else _ILLEGAL), lin, None, entries
+        budget = yield
+
+
 def _unpath(best: dict[int, Any]) -> dict[int, tuple[int, ...]]:
     """Turn the cons-list paths of `_search` into tuples, sharing equal ones."""
     done: dict[int, tuple[int, ...]] = {}
@@ -489,7 +521,10 @@ def _run(
         raise ValueError("max_cache must be >= 0")
     parts = [_prepare(model, h) for h in histories]
     sinks: list[dict[str, Any]] = [{} for _ in parts]
-    gens = [_search(p, verbose, sink) for p, sink in zip(parts, sinks, strict=True)]
+    gens = [
+        _compiled_search(p) if COMPILED and not verbose else _search(p, verbose, sink)
+        for p, sink in zip(parts, sinks, strict=True)
+    ]
     outcomes: list[_Outcome | None] = [None] * len(parts)
     used = [0] * len(parts)  # cache entries (= pushes) of each partition's search
     active: list[int] = []

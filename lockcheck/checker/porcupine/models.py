@@ -1,4 +1,5 @@
-"""Generic models: a register, a compare-and-set register, and a key-value store.
+"""Generic models: a register, a compare-and-set register, registers read and written by
+transactions (Knossos's multi-register), and a key-value store.
 
 Inputs are Jepsen-like ``(f, value)`` tuples (``(f, key, value)`` for the kv store).
 Every model accepts `UNKNOWN` as an output that matches anything and still applies the
@@ -96,6 +97,64 @@ def _describe_register_op(input: tuple[str, Any], output: Any) -> str:
         res = "?" if output is UNKNOWN else ("ok" if output else "fail")
         return f"cas({old!r}, {new!r}) -> {res}"
     return f"{f}({value!r}) -> {out}"
+
+
+# --- multi-register: transactions of reads and writes over named registers ----------
+
+Registers = tuple[tuple[Any, Any], ...]  # (name, value) pairs, sorted by name
+MicroOp = tuple[str, Any, Any]  # ("read", name, value) or ("write", name, value)
+
+
+def _registers(values: dict[Any, Any]) -> Registers:
+    return tuple(sorted(values.items(), key=lambda kv: repr(kv[0])))
+
+
+def multi_register(initial: dict[Any, Any] | None = None) -> Model[Registers, Any, Any]:
+    """Registers by name (missing ones hold None), read and written by transactions that
+    take effect atomically, as Knossos's ``multi-register``.
+
+    An input is a tuple of micro-ops ``("read", name, None)`` / ``("write", name, v)``;
+    the output of an ok transaction is the same tuple with the values read filled in. A
+    read value of `UNKNOWN` matches anything (a lost answer); so does a crashed
+    transaction's output, whose writes still apply.
+    """
+    start = _registers(initial or {})
+
+    def step(state: Registers, input: tuple[MicroOp, ...], output: Any) -> tuple[bool, Any]:
+        regs = dict(state)
+        changed = False
+        results = input if output is UNKNOWN else output
+        for (f, name, value), (_, _, got) in zip(input, results, strict=True):
+            if f == "read":
+                if output is not UNKNOWN and got is not UNKNOWN and regs.get(name) != got:
+                    return False, state
+            elif f == "write":
+                regs[name] = value
+                changed = True
+            else:
+                raise ValueError(f"multi-register: unknown micro-op {f!r}")
+        return True, (_registers(regs) if changed else state)
+
+    def read_only(input: tuple[MicroOp, ...], output: Any) -> bool:
+        return all(f == "read" for f, _, _ in input)
+
+    def describe(input: tuple[MicroOp, ...], output: Any) -> str:
+        results = input if output is UNKNOWN else output
+        parts = []
+        for (f, name, value), (_, _, got) in zip(input, results, strict=True):
+            if f == "read":
+                parts.append(f"r({name})={'?' if output is UNKNOWN or got is UNKNOWN else got!r}")
+            else:
+                parts.append(f"w({name}, {value!r})")
+        return "txn[" + " ".join(parts) + "]"
+
+    return Model(
+        init=lambda: start,
+        step=step,
+        read_only=read_only,
+        describe_operation=describe,
+        describe_state=lambda s: "{" + ", ".join(f"{k}: {v!r}" for k, v in s) + "}",
+    )
 
 
 # --- kv: ("get", k, None) -> v | ("put", k, v) | ("append", k, v) --------------------

@@ -1,0 +1,187 @@
+"""Detection benchmark: how fast, and how often, lockcheck finds each known-unsafe
+scenario, and that the safe controls stay clean.
+
+    sudo .venv/bin/python benchmarks/bench_detection.py                 # every scenario, 10 runs
+    sudo .venv/bin/python benchmarks/bench_detection.py --runs 3 --only redis-client-pause
+    sudo .venv/bin/python benchmarks/bench_detection.py --list
+
+Each run is a real `lockcheck test` (30 s by default). For an unsafe scenario a run
+*finds* it when the verdict is invalid; the time to the first violation is the
+earliest time (since the test began) that any failed checker names: the start of the
+first overlap, the grant made while a lease was valid, the first stale write accepted,
+the second payment of a merchant-day, a lost update. For a control, every run must be
+valid (or, where a backend issues no fence, at least never invalid). Targets (issue 8):
+median time to the first violation under 10 s, at least 9 of 10 runs find it; zero
+violations in the controls.
+
+Runs go one after another (the machine has two cores); the load average is printed
+before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_slice import loadavg, table  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    args: tuple[str, ...]
+    unsafe: bool  # True: a run should find a violation; False: a control
+    what: str
+
+
+SCENARIOS = [
+    Scenario("redis-client-pause", ("--backend", "redis", "--nemesis", "client-pause"), True,
+             "a holder paused past its TTL: another client is granted the lock"),
+    Scenario("redis-kill", ("--backend", "redis", "--nemesis", "kill"), True,
+             "a master without persistence restarts empty and grants again"),
+    Scenario("redlock-restart-empty",
+             ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
+              "--restart-delay-ms", "0"), True,
+             "a majority of masters restarted empty inside one TTL"),
+    Scenario("redlock-clock",
+             ("--backend", "redlock", "--nemesis", "clock-bump,partition-clients"), True,
+             "a clock jump on masters while clients reach only some of them"),
+    Scenario("sentinel-partition-primary",
+             ("--backend", "redis-sentinel", "--nemesis", "partition-primary"), True,
+             "the primary partitioned away: the Sentinels fail over, the key is lost"),
+    Scenario("etcd-lock-set-client-pause",
+             ("--backend", "etcd", "--workload", "lock-set", "--nemesis", "client-pause",
+              "--ttl-ms", "2000"), True,
+             "Jepsen's etcd lock-set: a paused holder's update is lost"),
+    Scenario("zookeeper-lock-set-client-pause",
+             ("--backend", "zookeeper", "--workload", "lock-set", "--nemesis", "client-pause"),
+             True, "the same on ZooKeeper"),
+    # controls: the resource enforces the fence, or the restart waits out the TTL
+    Scenario("etcd-fenced-all", ("--backend", "etcd", "--workload", "fenced", "--nemesis",
+                                 "partition,kill,pause,client-pause", "--ttl-ms", "2000"),
+             False, "etcd with a fenced resource under every basic fault"),
+    Scenario("zookeeper-fenced-all", ("--backend", "zookeeper", "--workload", "fenced",
+                                      "--nemesis", "partition,kill,pause,client-pause"),
+             False, "ZooKeeper with a fenced resource under every basic fault"),
+    Scenario("etcd-settlement-idempotent",
+             ("--backend", "etcd", "--workload", "settlement", "--resource", "idempotent",
+              "--nemesis", "partition,kill,pause,client-pause", "--ttl-ms", "2000"),
+             False, "settlement with fencing and an idempotency key"),
+    Scenario("redlock-delayed-restart",
+             ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
+              "--restart-delay-ms", "2500"), False,
+             "Redlock with restarts delayed past the TTL (antirez's rule)"),
+]
+
+
+def violation_times(name: str, r: dict[str, Any]) -> list[int]:
+    """When each violation a failed checker reports became a violation (ns)."""
+    out: list[int] = []
+    for v in r.get("violations") or []:
+        if name == "mutual-exclusion" and isinstance(v.get("start"), int):
+            out.append(v["start"])  # the overlap begins
+        elif name == "lease-safety" and isinstance(v.get("granted"), dict):
+            out.append(int(v["granted"].get("ok_ns", 0)))  # the second grant
+        elif isinstance(v.get("time"), int):
+            out.append(v["time"])
+    for w in (r.get("stale_accepted") or []) + (r.get("interleaved_writes") or []):
+        if isinstance(w, dict) and isinstance(w.get("time"), int):
+            out.append(w["time"])
+    for d in r.get("double_settlements") or []:
+        oks = sorted(x["ok_ns"] for x in d.get("settles", []) if isinstance(x.get("ok_ns"), int))
+        if len(oks) > 1:
+            out.append(oks[1])  # the second payment
+    for lost in r.get("lost") or r.get("lost_updates") or []:
+        if isinstance(lost, dict) and isinstance(lost.get("time"), int):
+            out.append(lost["time"])
+    return [t for t in out if t > 0]
+
+
+def first_violation_s(results: dict[str, Any]) -> float | None:
+    """The earliest violation any failed checker names, in seconds since the start."""
+    found = [t for name, r in results.get("checkers", {}).items()
+             if r.get("valid") is False for t in violation_times(name, r)]
+    return min(found) / 1e9 if found else None
+
+
+def run(args: tuple[str, ...], results: Path, time_limit: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "lockcheck.cli", "test", *args,
+                        "--time-limit", str(time_limit), "--results-dir", str(results)],
+                       cwd=results.parent, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    run_dir = next((Path(line.removeprefix("results: ").strip())
+                    for line in r.stderr.splitlines() if line.startswith("results: ")), None)
+    res = json.loads((run_dir / "results.json").read_text()) if run_dir else {}
+    return {"code": r.returncode, "wall": wall, "results": res, "run_dir": run_dir,
+            "stderr": r.stderr[-2000:]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--only", default=None, help="comma list of scenario names")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the results")
+    a = ap.parse_args()
+    if a.list:
+        for s in SCENARIOS:
+            print(f"{s.name:34} {'unsafe ' if s.unsafe else 'control'} {' '.join(s.args)}")
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("bench_detection: needs root (network namespaces)")
+    chosen = [s for s in SCENARIOS if a.only is None or s.name in a.only.split(",")]
+    print(f"lockcheck detection benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}, "
+          f"{os.cpu_count()} CPUs, {a.runs} runs of {a.time_limit:g} s per scenario")
+    print(f"load average before: {loadavg()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="lcdetect-"))
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for s in chosen:
+            found, firsts, codes = 0, [], []
+            for i in range(a.runs):
+                r = run(s.args, work / "results", a.time_limit)
+                codes.append(r["code"])
+                t = first_violation_s(r["results"]) if r["code"] == 1 else None
+                found += r["code"] == 1
+                if t is not None:
+                    firsts.append(t)
+                print(f"  {s.name} run {i + 1}: exit {r['code']}, first violation "
+                      f"{'-' if t is None else f'{t:.1f} s'}, wall {r['wall']:.0f} s",
+                      flush=True)
+                if r["code"] not in (0, 1, 2):
+                    print(r["stderr"], flush=True)
+            median = f"{statistics.median(firsts):.1f}" if firsts else "-"
+            rng = f"{min(firsts):.1f}-{max(firsts):.1f}" if firsts else "-"
+            verdicts = f"{codes.count(0)} valid, {codes.count(1)} invalid, " \
+                       f"{len([c for c in codes if c not in (0, 1)])} other"
+            rows.append((s.name, "unsafe" if s.unsafe else "control",
+                         f"{found}/{a.runs}", median, rng, verdicts))
+    finally:
+        if a.keep:
+            print(f"results kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(table(rows, ("scenario", "kind", "found", "median first s", "range s", "verdicts")))
+    print(f"\nload average after: {loadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

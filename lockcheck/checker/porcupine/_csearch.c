@@ -1,0 +1,619 @@
+/* The search of checker.py:_search in C, for speed; same algorithm, same order.
+ *
+ * Python prepares a partition (checker.py:_prepare) and hands over its arrays. States
+ * stay Python objects, interned to small ints (a dict keeps them), so that the memo of
+ * transitions and the cache of configurations live in C hash tables. The set of
+ * linearized ops is a bitset over the required ops (with `low`, the first one not
+ * linearized) and one over the crashed ops; a configuration is hashed incrementally
+ * (Zobrist: a random word per op, XORed in and out), and stored compactly: the state
+ * id, `low`, the required words from low's word to the highest set bit, the crashed
+ * words. `run(budget)` pushes at most `budget` configurations and returns None to let
+ * the caller's scheduler interleave partitions, or (0 = ok | 1 = illegal,
+ * linearization or None, cache entries) when done. Verbose mode (partial
+ * linearizations) stays in Python.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ILL (-2)
+#define NONE (-1)
+
+typedef struct {
+    int32_t e, state, forced, low, hi, chi;
+    uint64_t h;
+} Frame;
+
+typedef struct {
+    PyObject_HEAD
+    int32_t n;  /* entries, head 0 and tail n-1 included */
+    int32_t tail;
+    int32_t *nxt, *prv, *match, *opi, *rid, *cid, *rv;
+    uint8_t *iscall, *ro;
+    PyObject *inputs, *outputs, *step, *ids, *states;
+    /* memo of transitions: key (entry << 32 | state) -> next state id or ILL */
+    uint64_t *tkeys;
+    int32_t *tvals;
+    size_t tcap, tcount;
+    /* configurations */
+    uint64_t *zreq, *zcr, *lin, *cr;
+    int32_t n_req, n_cr, need;
+    uint64_t *chash;
+    size_t *coff, ccap, ccount;
+    uint64_t *arena;
+    size_t asize, acap;
+    Frame *stack;
+    int32_t sp, scap;
+    /* registers, kept between calls of run() */
+    int32_t state, low, hi, chi, e, fresh, has_ro, finished;
+    uint64_t h;
+} Search;
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t mix(uint64_t h, int32_t state) {
+    uint64_t z = h ^ ((uint64_t)(uint32_t)state * 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDULL;
+    return z ^ (z >> 33);
+}
+
+static void Search_dealloc(Search *s) {
+    PyMem_Free(s->nxt); PyMem_Free(s->prv); PyMem_Free(s->match); PyMem_Free(s->opi);
+    PyMem_Free(s->rid); PyMem_Free(s->cid); PyMem_Free(s->rv); PyMem_Free(s->iscall);
+    PyMem_Free(s->ro); PyMem_Free(s->tkeys); PyMem_Free(s->tvals); PyMem_Free(s->zreq);
+    PyMem_Free(s->zcr); PyMem_Free(s->lin); PyMem_Free(s->cr); PyMem_Free(s->chash);
+    PyMem_Free(s->coff); PyMem_Free(s->arena); PyMem_Free(s->stack);
+    Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
+    Py_XDECREF(s->ids); Py_XDECREF(s->states);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* the id of a state, interning it; -3 on error */
+static int32_t intern(Search *s, PyObject *state) {
+    PyObject *id = PyDict_GetItemWithError(s->ids, state);
+    if (id != NULL)
+        return (int32_t)PyLong_AsLong(id);
+    if (PyErr_Occurred())
+        return -3;
+    Py_ssize_t n = PyList_GET_SIZE(s->states);
+    PyObject *num = PyLong_FromSsize_t(n);
+    if (num == NULL || PyDict_SetItem(s->ids, state, num) < 0 ||
+        PyList_Append(s->states, state) < 0) {
+        Py_XDECREF(num);
+        return -3;
+    }
+    Py_DECREF(num);
+    return (int32_t)n;
+}
+
+static int grow_transitions(Search *s) {
+    size_t cap = s->tcap ? s->tcap * 2 : 1024;
+    uint64_t *keys = PyMem_Malloc(cap * sizeof(uint64_t));
+    int32_t *vals = PyMem_Malloc(cap * sizeof(int32_t));
+    if (keys == NULL || vals == NULL) {
+        PyMem_Free(keys); PyMem_Free(vals);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(keys, 0xff, cap * sizeof(uint64_t));
+    for (size_t i = 0; i < s->tcap; i++) {
+        if (s->tkeys[i] == UINT64_MAX)
+            continue;
+        size_t j = (size_t)mix(s->tkeys[i], 0) & (cap - 1);
+        while (keys[j] != UINT64_MAX)
+            j = (j + 1) & (cap - 1);
+        keys[j] = s->tkeys[i];
+        vals[j] = s->tvals[i];
+    }
+    PyMem_Free(s->tkeys); PyMem_Free(s->tvals);
+    s->tkeys = keys; s->tvals = vals; s->tcap = cap;
+    return 0;
+}
+
+/* the state after entry e from state, memoized; ILL if illegal; -3 on error */
+static int32_t transition(Search *s, int32_t e, int32_t state) {
+    uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
+    size_t mask = s->tcap - 1;
+    size_t j = (size_t)mix(key, 0) & mask;
+    while (s->tkeys[j] != UINT64_MAX) {
+        if (s->tkeys[j] == key)
+            return s->tvals[j];
+        j = (j + 1) & mask;
+    }
+    PyObject *argv[3] = {PyList_GET_ITEM(s->states, state), PyList_GET_ITEM(s->inputs, e),
+                         PyList_GET_ITEM(s->outputs, e)};
+    PyObject *res = PyObject_Vectorcall(s->step, argv, 3, NULL);
+    if (res == NULL)
+        return -3;
+    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_TypeError, "model step must return (legal, next_state)");
+        return -3;
+    }
+    int ok = PyObject_IsTrue(PyTuple_GET_ITEM(res, 0));
+    int32_t next = ILL;
+    if (ok < 0) {
+        Py_DECREF(res);
+        return -3;
+    }
+    if (ok) {
+        next = intern(s, PyTuple_GET_ITEM(res, 1));
+        if (next == -3) {
+            Py_DECREF(res);
+            return -3;
+        }
+    }
+    Py_DECREF(res);
+    if ((s->tcount + 1) * 2 > s->tcap) {
+        if (grow_transitions(s) < 0)
+            return -3;
+        mask = s->tcap - 1;
+        j = (size_t)mix(key, 0) & mask;
+        while (s->tkeys[j] != UINT64_MAX)
+            j = (j + 1) & mask;
+    }
+    s->tkeys[j] = key;
+    s->tvals[j] = next;
+    s->tcount++;
+    return next;
+}
+
+/* The current configuration's stored form: sizes of its two word runs. */
+static inline void runs(Search *s, int32_t *lw0, int32_t *nlw, int32_t *ncw) {
+    *lw0 = s->low >> 6;
+    *nlw = s->hi >= s->low ? (s->hi >> 6) - *lw0 + 1 : 0;
+    *ncw = s->chi >= 0 ? (s->chi >> 6) + 1 : 0;
+}
+
+static int same(Search *s, size_t off, int32_t state) {
+    const uint64_t *rec = s->arena + off;
+    int32_t lw0, nlw, ncw;
+    runs(s, &lw0, &nlw, &ncw);
+    if (rec[0] != (((uint64_t)(uint32_t)state << 32) | (uint32_t)s->low))
+        return 0;
+    if (rec[1] != (((uint64_t)(uint32_t)nlw << 32) | (uint32_t)ncw))
+        return 0;
+    return memcmp(rec + 2, s->lin + lw0, nlw * sizeof(uint64_t)) == 0 &&
+           memcmp(rec + 2 + nlw, s->cr, ncw * sizeof(uint64_t)) == 0;
+}
+
+static int grow_cache(Search *s) {
+    size_t cap = s->ccap ? s->ccap * 2 : 4096;
+    uint64_t *hs = PyMem_Malloc(cap * sizeof(uint64_t));
+    size_t *offs = PyMem_Malloc(cap * sizeof(size_t));
+    if (hs == NULL || offs == NULL) {
+        PyMem_Free(hs); PyMem_Free(offs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < cap; i++)
+        offs[i] = SIZE_MAX;
+    for (size_t i = 0; i < s->ccap; i++) {
+        if (s->coff[i] == SIZE_MAX)
+            continue;
+        size_t j = (size_t)s->chash[i] & (cap - 1);
+        while (offs[j] != SIZE_MAX)
+            j = (j + 1) & (cap - 1);
+        hs[j] = s->chash[i];
+        offs[j] = s->coff[i];
+    }
+    PyMem_Free(s->chash); PyMem_Free(s->coff);
+    s->chash = hs; s->coff = offs; s->ccap = cap;
+    return 0;
+}
+
+/* Is the current configuration (with `state`) cached? If not and `add`, cache it.
+ * Returns 1 if it was cached, 0 if not, -1 on error. */
+static int cached(Search *s, int32_t state, int add) {
+    uint64_t key = mix(s->h, state);
+    size_t mask = s->ccap - 1;
+    size_t j = (size_t)key & mask;
+    while (s->coff[j] != SIZE_MAX) {
+        if (s->chash[j] == key && same(s, s->coff[j], state))
+            return 1;
+        j = (j + 1) & mask;
+    }
+    if (!add)
+        return 0;
+    int32_t lw0, nlw, ncw;
+    runs(s, &lw0, &nlw, &ncw);
+    size_t need = 2 + (size_t)nlw + (size_t)ncw;
+    if (s->asize + need > s->acap) {
+        size_t cap = s->acap ? s->acap * 2 : 1 << 16;
+        while (cap < s->asize + need)
+            cap *= 2;
+        uint64_t *a = PyMem_Realloc(s->arena, cap * sizeof(uint64_t));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->arena = a;
+        s->acap = cap;
+    }
+    uint64_t *rec = s->arena + s->asize;
+    rec[0] = ((uint64_t)(uint32_t)state << 32) | (uint32_t)s->low;
+    rec[1] = ((uint64_t)(uint32_t)nlw << 32) | (uint32_t)ncw;
+    memcpy(rec + 2, s->lin + lw0, nlw * sizeof(uint64_t));
+    memcpy(rec + 2 + nlw, s->cr, ncw * sizeof(uint64_t));
+    if ((s->ccount + 1) * 2 > s->ccap) {
+        if (grow_cache(s) < 0)
+            return -1;
+        mask = s->ccap - 1;
+        j = (size_t)key & mask;
+        while (s->coff[j] != SIZE_MAX)
+            j = (j + 1) & mask;
+    }
+    s->chash[j] = key;
+    s->coff[j] = s->asize;
+    s->asize += need;
+    s->ccount++;
+    return 0;
+}
+
+/* Mark op x linearized (registers updated); undo() restores from a frame. */
+static inline void mark(Search *s, int32_t x) {
+    int32_t j = s->rid[x];
+    if (j < 0) {
+        int32_t c = s->cid[x];
+        s->cr[c >> 6] |= 1ULL << (c & 63);
+        s->h ^= s->zcr[c];
+        if (c > s->chi)
+            s->chi = c;
+        return;
+    }
+    s->lin[j >> 6] |= 1ULL << (j & 63);
+    s->h ^= s->zreq[j];
+    if (j > s->hi)
+        s->hi = j;
+    if (j == s->low) {
+        int32_t low = j + 1;
+        while (low < s->n_req && (s->lin[low >> 6] >> (low & 63)) & 1)
+            low++;
+        s->low = low;
+    }
+}
+
+static inline void unmark(Search *s, int32_t x, int32_t low, int32_t hi, int32_t chi, uint64_t h) {
+    int32_t j = s->rid[x];
+    if (j < 0) {
+        int32_t c = s->cid[x];
+        s->cr[c >> 6] &= ~(1ULL << (c & 63));
+    } else {
+        s->lin[j >> 6] &= ~(1ULL << (j & 63));
+    }
+    s->low = low; s->hi = hi; s->chi = chi; s->h = h;
+}
+
+static int push(Search *s, int32_t x, int32_t old_state, int forced, int32_t low, int32_t hi,
+                int32_t chi, uint64_t h) {
+    if (s->sp == s->scap) {
+        int32_t cap = s->scap ? s->scap * 2 : 256;
+        Frame *st = PyMem_Realloc(s->stack, (size_t)cap * sizeof(Frame));
+        if (st == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->stack = st;
+        s->scap = cap;
+    }
+    Frame *f = &s->stack[s->sp++];
+    f->e = x; f->state = old_state; f->forced = forced;
+    f->low = low; f->hi = hi; f->chi = chi; f->h = h;
+    return 0;
+}
+
+static inline void unlink_op(Search *s, int32_t x) {
+    int32_t p = s->prv[x], q = s->nxt[x];
+    s->nxt[p] = q; s->prv[q] = p;
+    int32_t r = s->match[x];
+    p = s->prv[r]; q = s->nxt[r];
+    s->nxt[p] = q; s->prv[q] = p;
+}
+
+static PyObject *finish(Search *s, int code) {
+    s->finished = 1;
+    PyObject *lin = Py_None;
+    if (code == 0) {
+        lin = PyTuple_New(s->sp);
+        if (lin == NULL)
+            return NULL;
+        for (int32_t k = 0; k < s->sp; k++)
+            PyTuple_SET_ITEM(lin, k, PyLong_FromLong(s->opi[s->stack[k].e]));
+    } else {
+        Py_INCREF(lin);
+    }
+    return Py_BuildValue("(iNn)", code, lin, (Py_ssize_t)s->ccount);
+}
+
+/* Try to linearize x now (its transition is ns): 1 pushed, 0 already cached, -1 error */
+static int try_push(Search *s, int32_t x, int32_t ns, int forced) {
+    int32_t low = s->low, hi = s->hi, chi = s->chi;
+    uint64_t h = s->h;
+    mark(s, x);
+    int c = cached(s, ns, 1);
+    if (c != 0) {
+        unmark(s, x, low, hi, chi, h);
+        return c < 0 ? -1 : 0;
+    }
+    if (push(s, x, s->state, forced, low, hi, chi, h) < 0)
+        return -1;
+    s->state = ns;
+    unlink_op(s, x);
+    return 1;
+}
+
+static PyObject *Search_run(Search *s, PyObject *arg) {
+    long budget = PyLong_AsLong(arg);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (s->finished) {
+        PyErr_SetString(PyExc_RuntimeError, "search already finished");
+        return NULL;
+    }
+    int32_t *nxt = s->nxt, *prv = s->prv;
+    int32_t e = s->e;
+    int fresh = s->fresh;
+    for (;;) {
+        if (fresh) {
+            /* A new configuration: one walk over the candidates (the calls before the
+             * first return). A read-only op that fits is forced; otherwise the walk
+             * notes the first other op that fits, where the ordinary scan starts. */
+            fresh = 0;
+            int32_t x = nxt[0], cand = 0;
+            for (;;) {
+                if (!s->iscall[x]) {
+                    e = cand ? cand : s->tail;
+                    break;
+                }
+                int r = s->ro[x];
+                if (r || !cand) {
+                    int32_t ns;
+                    if (r && s->rv[x] != NONE) {
+                        if (s->rv[x] != s->state) {
+                            x = nxt[x];
+                            continue;
+                        }
+                        ns = s->state;
+                    } else {
+                        ns = transition(s, x, s->state);
+                        if (ns == -3)
+                            return NULL;
+                    }
+                    if (ns != ILL) {
+                        if (!r) {
+                            int32_t low = s->low, hi = s->hi, chi = s->chi;
+                            uint64_t h = s->h;
+                            mark(s, x);
+                            int c = cached(s, ns, 0);
+                            unmark(s, x, low, hi, chi, h);
+                            if (c == 0)
+                                cand = x;
+                        } else {
+                            int p = try_push(s, x, ns, 1);
+                            if (p < 0)
+                                return NULL;
+                            if (p == 0) { /* explored and failed: so does this one */
+                                e = s->tail;
+                                break;
+                            }
+                            if (s->rid[x] >= 0 && --s->need == 0)
+                                return finish(s, 0);
+                            if (--budget == 0) {
+                                s->e = nxt[0];
+                                s->fresh = 1;
+                                Py_RETURN_NONE;
+                            }
+                            x = nxt[0];
+                            cand = 0;
+                            continue;
+                        }
+                    }
+                }
+                x = nxt[x];
+            }
+        }
+        if (s->iscall[e]) { /* a call: try to linearize it now */
+            if (s->ro[e]) { /* read-only ops were tried when this configuration was new */
+                e = nxt[e];
+                continue;
+            }
+            int32_t ns = transition(s, e, s->state);
+            if (ns == -3)
+                return NULL;
+            if (ns != ILL) {
+                int p = try_push(s, e, ns, 0);
+                if (p < 0)
+                    return NULL;
+                if (p == 1) {
+                    if (s->rid[e] >= 0 && --s->need == 0)
+                        return finish(s, 0);
+                    e = nxt[0];
+                    fresh = s->has_ro;
+                    if (--budget == 0) {
+                        s->e = e;
+                        s->fresh = fresh;
+                        Py_RETURN_NONE;
+                    }
+                    continue;
+                }
+            }
+            e = nxt[e];
+        } else { /* a return whose call is not linearized: backtrack */
+            if (s->sp == 0)
+                return finish(s, 1);
+            Frame *f = &s->stack[--s->sp];
+            e = f->e;
+            s->state = f->state;
+            unmark(s, e, f->low, f->hi, f->chi, f->h);
+            if (s->rid[e] >= 0)
+                s->need++;
+            int32_t r = s->match[e];
+            nxt[prv[r]] = r; prv[nxt[r]] = r;
+            nxt[prv[e]] = e; prv[nxt[e]] = e;
+            e = f->forced ? s->tail : nxt[e];
+        }
+    }
+}
+
+static int fill(PyObject *seq, int32_t *out, Py_ssize_t n, const char *what) {
+    if (!PyList_Check(seq) || PyList_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: a list of %zd ints expected", what, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PyList_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        out[i] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* Search(match, opi, rid, cid, ro, rv, inputs, outputs, step, init, unknown) */
+static int Search_init(Search *s, PyObject *args, PyObject *kw) {
+    PyObject *match, *opi, *rid, *cid, *ro, *rv, *inputs, *outputs, *step, *init, *unknown;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &match, &opi, &rid, &cid, &ro, &rv, &inputs,
+                          &outputs, &step, &init, &unknown))
+        return -1;
+    if (!PyList_Check(match) || !PyList_Check(inputs) || !PyList_Check(outputs)) {
+        PyErr_SetString(PyExc_TypeError, "lists expected");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(match);
+    s->n = (int32_t)n;
+    s->tail = (int32_t)n - 1;
+    s->nxt = PyMem_Malloc(n * sizeof(int32_t));
+    s->prv = PyMem_Malloc(n * sizeof(int32_t));
+    s->match = PyMem_Malloc(n * sizeof(int32_t));
+    s->opi = PyMem_Malloc(n * sizeof(int32_t));
+    s->rid = PyMem_Malloc(n * sizeof(int32_t));
+    s->cid = PyMem_Malloc(n * sizeof(int32_t));
+    s->rv = PyMem_Malloc(n * sizeof(int32_t));
+    s->iscall = PyMem_Malloc(n);
+    s->ro = PyMem_Malloc(n);
+    if (!s->nxt || !s->prv || !s->match || !s->opi || !s->rid || !s->cid || !s->rv ||
+        !s->iscall || !s->ro) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (fill(match, s->match, n, "match") < 0 || fill(opi, s->opi, n, "opi") < 0 ||
+        fill(rid, s->rid, n, "rid") < 0 || fill(cid, s->cid, n, "cid") < 0 ||
+        fill(ro, s->rv, n, "ro") < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        s->ro[i] = (uint8_t)(s->rv[i] != 0);
+        s->nxt[i] = (int32_t)i + 1;
+        s->prv[i] = (int32_t)i - 1;
+        s->iscall[i] = (uint8_t)(s->opi[i] >= 0);
+    }
+    Py_INCREF(inputs); s->inputs = inputs;
+    Py_INCREF(outputs); s->outputs = outputs;
+    Py_INCREF(step); s->step = step;
+    s->ids = PyDict_New();
+    s->states = PyList_New(0);
+    if (s->ids == NULL || s->states == NULL)
+        return -1;
+    s->state = intern(s, init);
+    if (s->state < 0)
+        return -1;
+    if (!PyList_Check(rv) || PyList_GET_SIZE(rv) != n) {
+        PyErr_SetString(PyExc_ValueError, "rv: a list per entry expected");
+        return -1;
+    }
+    s->has_ro = 0;
+    int32_t n_req = 0, n_cr = 0, need = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        s->has_ro |= s->ro[i];
+        PyObject *v = PyList_GET_ITEM(rv, i);
+        s->rv[i] = NONE;
+        if (s->ro[i] && v != unknown) {
+            int32_t id = intern(s, v);
+            if (id < 0)
+                return -1;
+            s->rv[i] = id;
+        }
+        if (s->iscall[i]) {
+            if (s->rid[i] >= 0) {
+                n_req = s->rid[i] + 1 > n_req ? s->rid[i] + 1 : n_req;
+                need++;
+            } else {
+                n_cr = s->cid[i] + 1 > n_cr ? s->cid[i] + 1 : n_cr;
+            }
+        }
+    }
+    s->n_req = n_req; s->n_cr = n_cr; s->need = need;
+    size_t lw = (size_t)(n_req / 64 + 1), cw = (size_t)(n_cr / 64 + 1);
+    s->lin = PyMem_Calloc(lw, sizeof(uint64_t));
+    s->cr = PyMem_Calloc(cw, sizeof(uint64_t));
+    s->zreq = PyMem_Malloc((n_req + 1) * sizeof(uint64_t));
+    s->zcr = PyMem_Malloc((n_cr + 1) * sizeof(uint64_t));
+    if (!s->lin || !s->cr || !s->zreq || !s->zcr) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint64_t seed = 20261201;
+    for (int32_t i = 0; i < n_req; i++)
+        s->zreq[i] = splitmix(&seed);
+    for (int32_t i = 0; i < n_cr; i++)
+        s->zcr[i] = splitmix(&seed);
+    s->low = 0; s->hi = -1; s->chi = -1; s->h = 0;
+    if (grow_transitions(s) < 0 || grow_cache(s) < 0)
+        return -1;
+    s->e = s->nxt[0];
+    s->fresh = s->has_ro;
+    s->finished = 0;
+    return 0;
+}
+
+static PyObject *Search_entries(Search *s, void *closure) {
+    return PyLong_FromSize_t(s->ccount);
+}
+
+static PyMethodDef Search_methods[] = {
+    {"run", (PyCFunction)Search_run, METH_O,
+     "run(budget): push at most budget configurations; None, or (code, lin, entries)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Search_getset[] = {
+    {"entries", (getter)Search_entries, NULL, "configurations cached so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SearchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lockcheck.checker.porcupine._csearch.Search",
+    .tp_basicsize = sizeof(Search),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One partition's search, resumable (see checker.py:_search).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Search_init,
+    .tp_dealloc = (destructor)Search_dealloc,
+    .tp_methods = Search_methods,
+    .tp_getset = Search_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_csearch", "The search of checker.py in C.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__csearch(void) {
+    if (PyType_Ready(&SearchType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&SearchType);
+    if (PyModule_AddObject(m, "Search", (PyObject *)&SearchType) < 0) {
+        Py_DECREF(&SearchType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,370 @@
+"""PostgreSQL 15 on one node: a fresh cluster per run, crashed and paused as a whole.
+
+The server refuses to run as root, so it runs as the `postgres` user through
+`setpriv`, inside `unshare --ipc`: both exec in place, so the PID we keep is the
+postmaster's. The IPC namespace is what makes a crash clean: Postgres keeps a SysV
+segment that a SIGKILLed postmaster leaves behind, and a segment of a private IPC
+namespace goes away with the namespace's last process, whoever killed it (the kill
+nemesis, or the cleanup of a run whose controller died). Dynamic shared memory is
+files in the data folder (`dynamic_shared_memory_type=mmap`), not `/dev/shm`.
+
+Killable (SIGKILL of the postmaster and every backend: a crash; the restart runs
+crash recovery on the same data), Pausable (every server process), CanFailover
+(terminate the sessions that hold locks, as an operator or an idle-session timeout
+would), LogFiles.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+from typing import Any
+
+import psycopg
+
+from lockcheck.cluster.api import Cluster, Daemon, Node
+from lockcheck.cluster.probe import tail_lines, wait_until
+from lockcheck.errors import BadInput
+from lockcheck.spec import TestSpec
+
+log = logging.getLogger("lockcheck.postgres")
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+POSTGRES = PG_BIN / "postgres"
+INITDB = PG_BIN / "initdb"
+DEFAULT_PORT = 5432
+OS_USER = "postgres"  # the server's OS user, and the database superuser clients log in as
+DBNAME = "postgres"
+START_TIMEOUT_S = 30.0
+INITDB_TIMEOUT_S = 120.0
+STOP_GRACE_S = 5.0
+
+# Sessions holding advisory locks; when there are none (the lease table keeps its locks
+# in rows, not in sessions), every client session: each may be a lease holder's. The
+# timeout waits (up to 1 s) until each backend is gone, and its locks with it.
+TERMINATE_HOLDERS = """
+WITH holders AS (
+  SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+), targets AS (
+  SELECT pid FROM holders
+  UNION
+  SELECT pid FROM pg_stat_activity
+   WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+     AND NOT EXISTS (SELECT 1 FROM holders)
+)
+SELECT a.pid, a.application_name, pg_terminate_backend(a.pid, 1000)
+  FROM pg_stat_activity a JOIN targets t USING (pid)
+ ORDER BY a.pid
+"""
+
+
+def postgres_version() -> str:
+    if not POSTGRES.exists():
+        raise BadInput(f"{POSTGRES} not found; install it with: apt-get install -y postgresql-15")
+    out = subprocess.run([str(POSTGRES), "--version"], capture_output=True, text=True).stdout
+    # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+    parts = out.split()
+    return parts[2] if len(parts) > 2 else out.strip()
+
+
+def as_postgres(argv: Sequence[str]) -> list[str]:
+    """Run `argv` as the postgres user in a private IPC namespace, without a fork."""
+    return ["unshare", "--ipc", "setpriv", f"--reuid={OS_USER}", f"--regid={OS_USER}",
+            "--init-groups", *argv]
+
+
+def server_settings(address: str, port: int, socket_dir: Path,
+                    max_connections: int) -> dict[str, str]:
+    """The server's settings (on its command line, so `ps` shows them)."""
+    return {
+        "listen_addresses": address,
+        "port": str(port),
+        "unix_socket_directories": str(socket_dir),
+        "max_connections": str(max_connections),
+        "shared_buffers": "32MB",
+        # a throwaway server: no fault here crashes the OS, so nothing needs to reach
+        # the disk. synchronous_commit stays on: a killed server must keep every commit
+        # it acknowledged (off, a SIGKILL loses the WAL still in shared memory)
+        "fsync": "off",
+        "full_page_writes": "off",
+        "dynamic_shared_memory_type": "mmap",  # files in the data folder, not /dev/shm
+        "max_parallel_workers_per_gather": "0",
+        "jit": "off",
+        # a session whose client vanished (partitioned, killed) ends within ~3 s and
+        # drops its session locks; the default (the OS's, 2 h) never heals in a run
+        "tcp_keepalives_idle": "1",
+        "tcp_keepalives_interval": "1",
+        "tcp_keepalives_count": "2",
+        "tcp_user_timeout": "2000",
+        "log_line_prefix": "%m [%p] %a ",
+    }
+
+
+def conninfo(address: str, port: int, *, application_name: str,
+             connect_timeout_s: int = 2) -> dict[str, Any]:
+    """psycopg.connect keywords for the controller (probes, failover, schema)."""
+    return {"host": address, "port": port, "user": OS_USER, "dbname": DBNAME,
+            "application_name": application_name, "connect_timeout": connect_timeout_s,
+            "sslmode": "disable", "gssencmode": "disable"}
+
+
+def serves(address: str, port: int) -> bool:
+    """Active readiness probe: a session that answers a query (not just a port)."""
+    try:
+        with psycopg.connect(**conninfo(address, port, application_name="lockcheck-probe"),
+                             autocommit=True) as c:
+            row = c.execute("SELECT 1").fetchone()
+    except psycopg.Error:
+        return False
+    return row == (1,)
+
+
+@dataclass
+class PostgresServer:
+    """One postmaster and its data folder on one node."""
+
+    node: Node
+    port: int = DEFAULT_PORT
+    max_connections: int = 50
+    tcp: bool = True  # False: a Unix socket only (a resource no partition can cut off)
+    daemon: Daemon | None = None
+    paused: list[int] = field(default_factory=list)  # backends stopped with the postmaster
+
+    @property
+    def host(self) -> str:
+        """Where clients connect: the node's address, or the socket's folder."""
+        return self.node.address if self.tcp else str(self.socket_dir)
+
+    @property
+    def dir(self) -> Path:
+        return self.node.workdir / "postgres"
+
+    @property
+    def data(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.dir / "sock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "postgres.log"
+
+    @property
+    def initdb_log(self) -> Path:
+        return self.dir / "initdb.log"
+
+    def init(self) -> None:
+        """A new cluster in the node's folder: initdb, trust for every address."""
+        n = self.node
+        t0 = time.monotonic()
+        n.run(["mkdir", "-p", str(self.data), str(self.socket_dir)])
+        n.run(["chown", "-R", f"{OS_USER}:{OS_USER}", str(self.dir)])
+        n.run(["chmod", "700", str(self.data)])
+        r = n.run(as_postgres([str(INITDB), "-D", str(self.data), "-U", OS_USER,
+                               "--auth=trust", "--no-sync", "--no-instructions",
+                               "-E", "UTF8", "--locale=C.UTF-8"]),
+                  timeout=INITDB_TIMEOUT_S, check=False)
+        n.write_file(self.initdb_log, r.stdout + r.stderr)
+        if r.returncode != 0:
+            raise RuntimeError(f"initdb on {n.name} failed ({r.returncode}): "
+                               f"{tail_lines(r.stdout + r.stderr, 10)}")
+        # only the run's own namespaces can reach the server: trust them all
+        n.write_file(self.data / "pg_hba.conf",
+                     "local all all trust\nhost all all all trust\n")
+        log.info("initdb on %s in %.2fs", n.name, time.monotonic() - t0)
+
+    def argv(self) -> list[str]:
+        settings = server_settings(self.node.address if self.tcp else "", self.port,
+                                   self.socket_dir,
+                                   self.max_connections)
+        args = [str(POSTGRES), "-D", str(self.data)]
+        for k, v in settings.items():
+            args += ["-c", f"{k}={v}"]
+        return as_postgres(args)
+
+    def launch(self) -> None:
+        self.paused = []
+        self.daemon = self.node.spawn(f"postgres-{self.node.name}", self.argv(),
+                                      log=self.log_path)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        d = self.daemon
+        wait_until(lambda: serves(self.host, self.port), timeout=timeout,
+                   what=f"postgres on {self.node.name}",
+                   alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def log_tail(self, lines: int = 15) -> str:
+        r = self.node.run(["tail", "-n", str(lines), str(self.log_path)], check=False)
+        return tail_lines(r.stdout, lines) or "(no log)"
+
+    def alive(self) -> bool:
+        return self.daemon is not None and self.daemon.alive()
+
+    def backends(self) -> list[int]:
+        """The postmaster's children: backends, checkpointer, walwriter, ..."""
+        if self.daemon is None:
+            return []
+        r = self.node.run(["ps", "-o", "pid=", "--ppid", str(self.daemon.pid)], check=False)
+        return [int(x) for x in r.stdout.split() if x.isdigit()]
+
+    def _signal(self, pids: Sequence[int], sig: str) -> None:
+        if pids:  # one may have exited meanwhile: that is fine
+            self.node.run(["kill", "-s", sig, *map(str, pids)], check=False)
+
+    def _live(self, pids: Sequence[int]) -> list[int]:
+        if not pids:
+            return []
+        r = self.node.run(["ps", "-o", "pid=,stat=", "-p", ",".join(map(str, pids))],
+                          check=False)
+        rows = [line.split() for line in r.stdout.splitlines()]
+        return [int(p[0]) for p in rows if len(p) == 2 and not p[1].startswith("Z")]
+
+    def crash(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as a machine crash would:
+        no shutdown checkpoint, no goodbye to the clients. Returns once all are gone
+        (a new postmaster must never share the data folder with an old backend)."""
+        d = self.daemon
+        if d is None or not d.alive():
+            return
+        # Stopped, the postmaster forks nothing and cannot react to its children dying
+        # (it would start recovery processes); they go first, or they would notice
+        # the postmaster gone and say goodbye to their clients. SIGKILL, not the
+        # Daemon's kill: that sends SIGCONT first.
+        d.signal(signal.SIGSTOP)
+        kids = self.backends()
+        self._signal(kids, "KILL")
+        d.signal(signal.SIGKILL)
+        d.wait(STOP_GRACE_S)
+        wait_until(lambda: not self._live(kids), timeout=STOP_GRACE_S,
+                   what=f"the killed backends of postgres on {self.node.name} to exit")
+        self.paused = []
+
+    def pause(self) -> None:
+        d = self.daemon
+        if d is None or not d.alive():
+            return
+        d.signal(signal.SIGSTOP)  # first, so that no backend starts unpaused
+        self.paused = self.backends()
+        self._signal(self.paused, "STOP")
+
+    def resume(self) -> None:
+        d = self.daemon
+        if d is None or not d.alive():
+            return
+        self._signal(sorted(set(self.paused) | set(self.backends())), "CONT")
+        d.signal(signal.SIGCONT)
+        self.paused = []
+
+    def stop(self) -> None:
+        """Immediate shutdown (SIGQUIT: the postmaster ends its backends and exits in
+        milliseconds); a crash if it does not."""
+        d = self.daemon
+        if d is None or not d.alive():
+            return
+        self.resume()  # a stopped process cannot act on SIGQUIT
+        d.signal(signal.SIGQUIT)
+        if not d.wait(STOP_GRACE_S):
+            self.crash()
+
+    def terminate_holders(self) -> list[tuple[int, str, bool]]:
+        with psycopg.connect(**conninfo(self.host, self.port,
+                                        application_name="lockcheck-failover"),
+                             autocommit=True) as c:
+            return [(int(p), str(a or ""), bool(ok))
+                    for p, a, ok in c.execute(TERMINATE_HOLDERS).fetchall()]
+
+    def log_files(self) -> list[Path]:
+        return [self.log_path, self.initdb_log]
+
+
+class PostgresDB:
+    """One PostgreSQL server on the first node (`postgres` and its variants)."""
+
+    name = "postgres"
+
+    def __init__(self, spec: TestSpec, options: Mapping[str, Any] | None = None) -> None:
+        # a session per worker, plus the sessions of workers that retired and whose old
+        # session the server has not noticed gone yet, plus the controller's
+        self.max_connections = max(50, 4 * spec.concurrency + 10)
+        self.server: PostgresServer | None = None
+
+    def _server(self, node: str) -> PostgresServer:
+        if self.server is None or self.server.node.name != node:
+            raise KeyError(node)
+        return self.server
+
+    def setup(self, cluster: Cluster) -> None:
+        self.server = PostgresServer(cluster.nodes[0], max_connections=self.max_connections)
+        self.server.init()
+        self.server.start()
+
+    def teardown(self) -> None:
+        if self.server is not None and self.server.alive():
+            t0 = time.monotonic()
+            self.server.stop()
+            log.info("postgres stopped in %.2fs", time.monotonic() - t0)
+
+    def versions(self) -> dict[str, str]:
+        return {"postgres": postgres_version()}
+
+    def client_config(self) -> dict[str, Any]:
+        s = self.server
+        if s is None:
+            return {}
+        return {"host": s.node.address, "port": s.port, "user": OS_USER, "dbname": DBNAME}
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        s = self.server
+        if s is None:
+            return {}
+        return {s.node.name: {"service": "postgres", "address": s.node.address,
+                              "port": s.port, "pid": s.daemon.pid if s.daemon else None}}
+
+    # -- capabilities ----------------------------------------------------------------
+
+    def kill(self, node: str) -> None:
+        self._server(node).crash()
+
+    def start(self, node: str) -> None:
+        s = self._server(node)
+        if not s.alive():
+            s.start()
+
+    def alive(self, node: str) -> bool:
+        return self._server(node).alive()
+
+    def pause(self, node: str) -> None:
+        self._server(node).pause()
+
+    def resume(self, node: str) -> None:
+        self._server(node).resume()
+
+    def failover(self, rng: Random) -> dict[str, Any]:
+        """Terminate the backends of the sessions that hold locks right now: their
+        clients learn it only on their next query."""
+        s = self.server
+        if s is None or not s.alive() or s.paused:
+            return {"targets": [], "skipped": "the server is down or paused"}
+        try:
+            rows = s.terminate_holders()
+        except psycopg.Error as e:
+            return {"targets": [], "skipped": f"could not reach the server: {e}"[:120]}
+        return {"targets": [s.node.name] if rows else [],
+                "pids": [p for p, _, ok in rows if ok],
+                "sessions": sorted({a for _, a, ok in rows if ok and a})}
+
+    def log_files(self) -> dict[str, Sequence[Path]]:
+        s = self.server
+        return {s.node.name: s.log_files()} if s is not None else {}

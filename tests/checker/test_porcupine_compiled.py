@@ -1,0 +1,111 @@
+"""The compiled search (`_csearch.c`) against the Python one: the same steps, so the
+same verdict, the same linearization and the same number of cached configurations, on
+Porcupine's and Knossos's corpora and on random histories with crashed ops."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lockcheck.checker.external import engine_operations, keyed
+from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
+from lockcheck.checker.formats.porcupine_logs import parse_etcd_log, parse_kv_log
+from lockcheck.checker.porcupine import Model, Operation, checker, events_to_operations
+from lockcheck.checker.porcupine.lock_models import fenced_mutex, mutex
+from lockcheck.checker.porcupine.models import cas_register, kv, register
+
+from .test_lock_models_properties import gen_history, gen_jepsen
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "testdata"
+PORCUPINE, KNOSSOS = SHARED / "porcupine", SHARED / "jepsen-histories"
+needs_compiled = pytest.mark.skipif(
+    checker._csearch is None, reason="the compiled search was not built (no C compiler?)")
+pytestmark = needs_compiled
+
+
+LIMIT = 60_000  # pushes per partition: the hard partitions of kv/c50-bad never end
+
+
+def _drive(gen: Generator[None, int, Any]) -> Any:
+    pushes = 0
+    try:
+        next(gen)
+        while pushes < LIMIT:
+            gen.send(997)  # odd slices: resuming mid-walk must not change anything
+            pushes += 997
+    except StopIteration as stop:
+        out = stop.value
+        return out[0], out[1], out[3]
+    gen.close()
+    return "unfinished"
+
+
+def both(model: Model[Any, Any, Any], history: Sequence[Operation]) -> None:
+    parts = checker._split_operations(model, history)
+    for part in parts:
+        a = _drive(checker._search(checker._prepare(model, part), False, {}))
+        b = _drive(checker._compiled_search(checker._prepare(model, part)))
+        assert a == b
+
+
+def _porcupine_cases() -> list[Any]:
+    if not (PORCUPINE / "expected.json").exists():
+        return [pytest.param(None, marks=pytest.mark.skip(reason="no Porcupine corpus"))]
+    names = [n for n, v in json.loads((PORCUPINE / "expected.json").read_text()).items()
+             if v is not None]
+    return [pytest.param(n, id=n, marks=[pytest.mark.slow] if n == "kv/c50-ok.txt" else [])
+            for n in sorted(names)]
+
+
+@pytest.mark.parametrize("name", _porcupine_cases())
+def test_porcupine_corpus(name: str) -> None:
+    if name.startswith("jepsen/"):
+        both(cas_register(), events_to_operations(parse_etcd_log(PORCUPINE / name)))
+    else:
+        both(kv(), events_to_operations(parse_kv_log(PORCUPINE / name)))
+
+
+def test_knossos_cas_register_corpus() -> None:
+    if not (KNOSSOS / "expected.json").exists():
+        pytest.skip("no Knossos corpus")
+    for name, want in json.loads((KNOSSOS / "expected.json").read_text()).items():
+        if want["model"] != "cas-register":
+            continue
+        ops = engine_operations(read_jepsen_edn(KNOSSOS / name), "cas-register",
+                                nil_unknown=True)
+        both(keyed(cas_register(want.get("initial"))), ops)
+
+
+SETTINGS = settings(max_examples=150, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_random_lock_histories(rng: random.Random) -> None:
+    both(fenced_mutex, gen_history(rng, fenced=True, max_ops=12))
+    both(mutex, gen_history(rng, fenced=False, max_ops=12))
+    both(mutex, gen_jepsen(rng, model="mutex", fences=False, named=False, max_ops=12))
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_random_register_histories(rng: random.Random) -> None:
+    ops = []
+    for i in range(rng.randint(1, 14)):
+        call = rng.randint(0, 40)
+        f = rng.choice(["read", "write", "write"])
+        ret = math.inf if rng.random() < 0.2 else call + rng.randint(0, 10)
+        inp = ("read", None) if f == "read" else ("write", rng.randint(0, 2))
+        out = rng.choice([None, 0, 1, 2]) if f == "read" and ret != math.inf else None
+        ops.append(Operation(i % 4, inp, call, out, ret))
+    both(register(), ops)
+    both(register(0), ops)

@@ -1,0 +1,102 @@
+"""The instructive single-instance Redis variants, real servers.
+
+Four runs start at once:
+
+* `redis-get-del` (release by GET, then DEL) with the holder paused as it releases
+  (`client-pause --pause-at release`): the DEL of a holder stalled between its GET and
+  its DEL lands after its lease expired and deletes the next holder's lock, so a third
+  client is granted it while that holder's lease is provably valid;
+* the default `redis` (token-checked Lua release) under the same pauses: never;
+* `redis-no-ttl` (SET NX without PX): a paused holder keeps the lock (no overlap), but
+  after partitions some lock is held forever by a client whose reply was lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lockcheck.history import Op, pair_ops, read_history
+from tests.integration.test_redlock import run_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+# one lock name, short sections: the next holder is always waiting; TTL 300 ms, so a
+# pause of 2x TTL outlives the paused holder's lease
+AT_RELEASE = ("--nemesis", "client-pause", "--pause-at", "release", "--keys", "1",
+              "--hold-ms", "20-50", "--ttl-ms", "300", "--nemesis-interval", "0.5",
+              "--time-limit", "10")
+RUNS: dict[str, tuple[str, ...]] = {
+    "get_del": ("--backend", "redis-get-del", *AT_RELEASE),
+    "lua": ("--backend", "redis", *AT_RELEASE),
+    "no_ttl_pause": ("--backend", "redis-no-ttl", "--nemesis", "client-pause",
+                     "--nemesis-interval", "0.5", "--time-limit", "8"),
+    # many clients and names: more ops in flight when a partition starts
+    "no_ttl_partition": ("--backend", "redis-no-ttl", "--nemesis", "partition",
+                         "--nemesis-interval", "0.3", "--keys", "8", "--concurrency", "10",
+                         "--time-limit", "10", "--recover-s", "3"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    yield from run_all(module_cli, RUNS)
+
+
+def history(r: Any) -> list[Op]:
+    return read_history(r.run_dir / "history.jsonl")
+
+
+def pauses(ops: list[Op]) -> list[Op]:
+    return [o for o in ops if o.process == "nemesis" and o.type == "info"
+            and o.f == "pause-client" and "worker" in (o.value or {})]
+
+
+def test_get_then_del_deletes_another_holders_lock(runs: dict[str, Any]) -> None:
+    r = runs["get_del"]
+    assert r.code == 1, r.explain()
+    c = r.results()["checkers"]
+    assert c["mutual-exclusion"]["valid"] is False
+    ls = c["lease-safety"]
+    assert ls["valid"] is False, ls
+    ops = history(r)
+    paused_workers = {o.value["worker"] for o in pauses(ops)}
+    assert paused_workers and all(o.value["at"] == "release" for o in pauses(ops))
+    # the evidence: a paused worker's release of its own, older lease was in flight
+    # when the victim was granted the lock (sent before that grant completed, done
+    # after it began) and sent before the second grant completed: its DEL can have
+    # landed in between, and nothing else deletes a key
+    releases = [(p.invoke, p.complete) for p in pair_ops(ops) if p.invoke.f == "release"
+                and p.complete is not None and p.complete.type == "ok"]
+    for v in ls["violations"]:
+        holder, granted = v["holder"], v["granted"]
+        assert any(
+            sent.worker in paused_workers and sent.value["fence"] != holder["fence"]
+            and sent.time < holder["ok_ns"] and done.time > holder["invoke_ns"]
+            and sent.time < granted["ok_ns"]
+            for sent, done in releases), v
+
+
+def test_a_token_checked_release_survives_the_same_pauses(runs: dict[str, Any]) -> None:
+    r = runs["lua"]
+    c = r.results()["checkers"]
+    assert c["lease-safety"]["valid"] is True, c["lease-safety"]
+    assert pauses(history(r)), "no client was paused"
+
+
+def test_without_ttl_a_paused_holder_keeps_the_lock(runs: dict[str, Any]) -> None:
+    r = runs["no_ttl_pause"]
+    assert r.code == 0, r.explain()
+    c = r.results()["checkers"]
+    assert c["mutual-exclusion"]["valid"] is True and c["lease-safety"]["valid"] is True
+    assert pauses(history(r)), "no client was paused"
+
+
+def test_without_ttl_a_lost_reply_holds_a_lock_forever(runs: dict[str, Any]) -> None:
+    r = runs["no_ttl_partition"]
+    res = r.results()
+    assert res["recovery"]["valid"] is not True, res["recovery"]
+    assert "NOT RECOVERED" in res["recovery"]["summary"]
+    assert any(o.type == "info" and o.f in ("acquire", "release") for o in history(r))

@@ -1,0 +1,138 @@
+"""Redlock findings, real servers: five independent redis-servers, pottery's Redlock.
+
+Five runs start at once (each has its own run id and subnet) and the tests look at them:
+
+* a majority of masters SIGKILLed and restarted empty inside one TTL: a second client
+  reaches a quorum on the empty masters while the first still holds the lock (both
+  inside, and a grant while the first lease is provably valid); with the restart
+  delayed past the TTL (antirez's delayed restarts) nobody is granted twice;
+* a holder paused past its TTL (client-pause) overlaps the next holder (mutex
+  workload); with `redlock-fenced` and the fenced workload the resource rejects the
+  paused holder's stale write; with plain `redlock` (no fence) the fenced resource
+  rejects every write, stale or not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lockcheck.history import read_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+# TTL 2 s: a restart of three masters can take a second or more on a loaded 2-core
+# machine, and it must land while the holder is still at work: after the kill its
+# renewals fail (no quorum) and it works on until its own lease clock runs out, so
+# the holds are longer than the TTL (a lease stops counting once its holder asks to
+# release it)
+KILL = ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
+        "--ttl-ms", "2000", "--hold-ms", "1500-3000", "--nemesis-interval", "1",
+        "--time-limit", "10")
+PAUSE = ("--nemesis", "client-pause", "--pause-ms", "1500", "--nemesis-interval", "0.5",
+         "--time-limit", "10")
+RUNS: dict[str, tuple[str, ...]] = {
+    "kill_fast": (*KILL, "--restart-delay-ms", "100"),
+    "kill_delayed": (*KILL, "--restart-delay-ms", "2500"),
+    "pause_mutex": ("--backend", "redlock", *PAUSE),
+    "pause_fenced": ("--backend", "redlock-fenced", "--workload", "fenced", *PAUSE),
+    "pause_no_fence": ("--backend", "redlock", "--workload", "fenced", *PAUSE),
+}
+
+
+def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]]) -> Iterator[dict[str, Any]]:
+    """Start every run at once (each has its own run id and subnet), wait for all of
+    them, and check afterwards that none left anything behind."""
+    started = {name: module_cli.start("test", *args) for name, args in runs.items()}
+    done = {name: p.wait(timeout=150) for name, p in started.items()}
+    for name, r in done.items():
+        assert r.run_dir is not None and r.code in (0, 1, 2), f"{name}: {r.explain()}"
+    yield done
+    module_cli.assert_no_leftovers(None)
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    yield from run_all(module_cli, RUNS)
+
+
+def checkers(r: Any) -> dict[str, Any]:
+    res: dict[str, Any] = r.results()["checkers"]
+    return res
+
+
+def nemesis(r: Any, f: str) -> list[Any]:
+    return [o for o in read_history(r.run_dir / "history.jsonl")
+            if o.process == "nemesis" and o.type == "info" and o.f == f]
+
+
+def test_masters_restarted_empty_inside_a_ttl_grant_twice(runs: dict[str, Any]) -> None:
+    r = runs["kill_fast"]
+    assert r.code == 1, r.explain()
+    c = checkers(r)
+    assert c["lease-safety"]["valid"] is False, c["lease-safety"]
+    assert c["mutual-exclusion"]["valid"] is False, c["mutual-exclusion"]
+    v = c["mutual-exclusion"]["violations"][0]
+    assert v["processes"][0] != v["processes"][1] and v["start"] < v["end"]
+    kills = nemesis(r, "kill")
+    assert kills and all(len(k.value["targets"]) == 3 for k in kills)  # a majority of 5
+    assert r.test_json()["kill_targets"] == "majority"
+
+
+def test_delayed_restarts_past_the_ttl_grant_once(runs: dict[str, Any]) -> None:
+    r = runs["kill_delayed"]
+    assert r.code == 0, r.explain()
+    c = checkers(r)
+    assert c["lease-safety"]["valid"] is True and c["mutual-exclusion"]["valid"] is True
+    assert c["mutual-exclusion"]["sections"] > 5
+    assert nemesis(r, "kill"), "no majority was killed"
+    # while a majority is down nobody reaches a quorum: a definite failure, not busy
+    ops = read_history(r.run_dir / "history.jsonl")
+    assert any(o.f == "acquire" and o.type == "fail" and "no quorum" in (o.error or "")
+               for o in ops)
+    assert r.results()["recovery"]["valid"] is True
+
+
+def test_a_paused_holder_overlaps_the_next(runs: dict[str, Any]) -> None:
+    r = runs["pause_mutex"]
+    assert r.code == 1, r.explain()
+    c = checkers(r)
+    assert c["mutual-exclusion"]["valid"] is False
+    # the holder stalled past its own TTL: not the service's fault
+    assert c["lease-safety"]["valid"] is True
+    paused = [o for o in nemesis(r, "pause-client") if "worker" in o.value]
+    assert paused and paused[0].value["fence"] is None  # Redlock has no fence
+
+
+def test_the_fenced_resource_rejects_the_paused_holder(runs: dict[str, Any]) -> None:
+    r = runs["pause_fenced"]
+    assert r.code == 0, r.explain()
+    fe = checkers(r)["fencing"]
+    assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0
+    assert fe["saves"] > 0 and fe["accepted"] > 0, fe
+    assert fe["duplicate_fence_count"] == 0, fe  # NextID gave every grant its own fence
+    assert checkers(r)["mutual-exclusion"]["valid"] is False  # the overlap was real
+
+
+def test_without_a_fence_the_fenced_resource_rejects_every_write(
+        runs: dict[str, Any]) -> None:
+    r = runs["pause_no_fence"]
+    assert r.code == 2, r.explain()  # nothing reached the resource's decision: unknown
+    fe = checkers(r)["fencing"]
+    assert fe["accepted"] == 0 and fe["rejected"] == fe["unfenced_rejections"] > 0, fe
+    assert fe["saves"] == 0
+    recs = [json.loads(x) for x in (r.run_dir / "resource.jsonl").read_text().splitlines()]
+    assert recs and all(x["fence"] is None and not x["accepted"] for x in recs)
+    assert "none carried a fence" in r.results()["summary"]
+
+
+def test_logs_and_versions(runs: dict[str, Any]) -> None:
+    r = runs["pause_mutex"]
+    t = r.test_json()
+    assert t["nodes"] == 5 and t["versions"]["pottery"][0].isdigit()
+    assert t["backend_info"]["fence"] is None
+    for n in range(1, 6):
+        assert "Ready to accept" in (r.run_dir / f"nodes/n{n}/redis.log").read_text()

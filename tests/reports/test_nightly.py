@@ -1,0 +1,104 @@
+"""The nightly workflow: it parses, runs on a schedule and on demand, sets up with the
+README's command, and every lockcheck command and option it uses exists in the CLI."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from lockcheck.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+DEFAULT_BACKENDS = {"redis", "redlock", "zookeeper", "etcd", "postgres", "redis-sentinel"}
+MAIN_NEMESES = {"none", "partition", "kill", "pause", "client-pause"}
+
+
+def workflow() -> dict[Any, Any]:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def run_scripts() -> list[str]:
+    return [step["run"] for job in workflow()["jobs"].values()
+            for step in job.get("steps", []) if "run" in step]
+
+
+def lockcheck_calls() -> list[list[str]]:
+    """Every `... lockcheck SUBCOMMAND ...` in the run scripts, as argument lists."""
+    calls = []
+    for script in run_scripts():
+        for line in script.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            for i, w in enumerate(words):
+                if w == "lockcheck" or w.endswith("/lockcheck"):
+                    calls.append(words[i + 1:])
+    return calls
+
+
+def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
+    """The click command an argv names (groups followed) and the arguments left."""
+    cmd: click.Command = main
+    rest = list(argv)
+    while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
+        name = rest.pop(0)
+        sub = cmd.commands.get(name)
+        assert sub is not None, f"`lockcheck {' '.join(argv)}`: no command {name!r}"
+        cmd = sub
+    return cmd, rest
+
+
+def options_of(cmd: click.Command) -> dict[str, click.Option]:
+    return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+
+
+def test_triggers_runner_and_setup() -> None:
+    wf = workflow()
+    on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert "schedule" in on and on["schedule"][0]["cron"]
+    assert "workflow_dispatch" in on
+    assert all(str(job["runs-on"]).startswith("ubuntu") for job in wf["jobs"].values())
+    scripts = "\n".join(run_scripts())
+    assert "./scripts/install" in scripts  # the README's setup command
+    uses = [s.get("uses", "") for j in wf["jobs"].values() for s in j.get("steps", [])]
+    assert any(u.startswith("actions/upload-artifact") for u in uses)
+    assert any(u.startswith("actions/upload-pages-artifact") for u in uses)
+    assert any(u.startswith("actions/deploy-pages") for u in uses)
+
+
+def test_every_lockcheck_command_and_option_exists() -> None:
+    calls = lockcheck_calls()
+    assert {c[0] for c in calls} >= {"test-all", "compare"}
+    for argv in calls:
+        cmd, rest = resolve(argv)
+        known = options_of(cmd)
+        for word in rest:
+            if word.startswith("--"):
+                name = word.split("=", 1)[0]
+                assert name in known, f"`lockcheck {' '.join(argv)}`: no option {name}"
+
+
+def test_matrix_covers_the_default_backends_and_main_nemeses() -> None:
+    (argv,) = [c for c in lockcheck_calls() if c[0] == "test-all"]
+    cmd, rest = resolve(argv)
+    # a shell variable stands for a number here ($TIME_LIMIT)
+    ctx = cmd.make_context("test-all", [re.sub(r"^\$\w+$", "1", w) for w in rest])
+    names = {k: set(" ".join(v).replace(",", " ").split()) for k, v in ctx.params.items()
+             if k in ("backends", "nemeses", "workloads")}
+    assert names["backends"] == DEFAULT_BACKENDS
+    assert names["nemeses"] == MAIN_NEMESES
+    assert {"mutex", "fenced"} <= names["workloads"]
+
+
+def test_what_is_published_is_what_compare_wrote() -> None:
+    (argv,) = [c for c in lockcheck_calls() if c[0] == "compare"]
+    out = argv[argv.index("--out") + 1]
+    paths = [s["with"]["path"] for j in workflow()["jobs"].values()
+             for s in j.get("steps", []) if re.match(r"actions/upload-", s.get("uses", ""))]
+    assert paths and all(p == out for p in paths)
