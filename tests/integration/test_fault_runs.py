@@ -169,9 +169,8 @@ def test_lock_set_finds_the_updates_a_paused_holder_erased(lock_set_runs: dict[s
     assert by is not None and ops[by["index"]].f == "add", lost
     assert res["summary"].startswith("lock-set: lost updates: ")
     assert "overlapping critical section" in res["summary"]
-    final = [o for o in ops.values() if o.f == "read" and o.type == "ok"
-             and "elements" in (o.value or {})]
-    assert final and lost["element"] not in final[-1].value["elements"]
+    final = [o for o in ops.values() if o.f == "final-state" and o.process == "resource"]
+    assert final and lost["element"] not in final[-1].value["sets"][lost["key"]]["elements"]
 
 
 def test_a_failed_heal_is_an_error_in_results_and_on_screen(
