@@ -255,7 +255,6 @@ def test_a_release_sent_by_the_next_process_id_ends_the_lease_it_names() -> None
     Without the name, the release would be nobody's and the grant a false alarm."""
     from lockcheck.checker.api import CheckOptions
     from lockcheck.checker.lease_safety import check_lease_safety
-    from lockcheck.history import Op
     from tests.checker.histories import H
 
     def history(named: bool) -> list[Op]:
