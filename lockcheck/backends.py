@@ -115,6 +115,16 @@ def _postgres(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
+def _zookeeper(**kw: Any) -> Backend:
+    """A ZooKeeper ensemble with kazoo's Lock recipe, one session per worker."""
+    base: dict[str, Any] = dict(
+        family="zookeeper", db="lockcheck.cluster.zookeeper:ZooKeeperDB",
+        client="lockcheck.locks.kazoo:make_clients", library="kazoo", default_nodes=3,
+        binaries=("java",),  # the zookeeper package brings it and the jars (checked at setup)
+        fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")
+    return Backend(**{**base, **kw})
+
+
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in [
@@ -267,6 +277,41 @@ BACKENDS: dict[str, Backend] = {
                    "different key for the same name",
             options={"lock": "advisory", "advisory_key": "python-hash"},
             unsafe=True,
+        ),
+        _zookeeper(
+            name="zookeeper",
+            description="ZooKeeper ensemble (session timeout = TTL): kazoo's Lock recipe, "
+                        "retries off, SUSPENDED treated as lost, a lease clock, renewal by "
+                        "sync + exists of the lock's own znode",
+            expect="safe under partition, kill and pause (a minority cannot grant); a "
+                   "paused holder (client-pause) overlaps the next holder, stops at once "
+                   "when it resumes, and its stale write is refused by the czxid fence",
+        ),
+        _zookeeper(
+            name="zookeeper-no-listener", unsafe=True,
+            options={"listen": None, "trust_flag": True},
+            description="kazoo's Lock trusted as users often do: no state listener, no "
+                        "lease clock, lock.is_acquired as the only belief",
+            expect="a holder paused past its session timeout (client-pause) keeps working "
+                   "after it resumes while another client holds the lock (is_acquired "
+                   "stays True); the czxid fence still refuses its stale write",
+        ),
+        _zookeeper(
+            name="zookeeper-lost-only", unsafe=True,
+            options={"listen": "lost", "trust_flag": True},
+            description="kazoo's Lock with a listener that reacts to LOST only (the common "
+                        "usage), no lease clock",
+            expect="a holder cut off by a partition stays SUSPENDED and keeps working after "
+                   "its session expired and the lock went to another client, until it "
+                   "reconnects and hears LOST",
+        ),
+        _zookeeper(
+            name="zookeeper-seq-fence", options={"fence": "sequence"},
+            fence="sequence suffix of the lock's own znode (per lock path)",
+            description="the default zookeeper client, fenced with the znode's sequence "
+                        "number instead of its czxid",
+            expect="the same as zookeeper: the sequence grows per lock path while the path "
+                   "is never deleted, so the resource refuses stale writes just as well",
         ),
     ]
 }

@@ -93,7 +93,9 @@ def main() -> None:
 @click.option("--backend", default="redis", show_default=True,
               help="Lock service and client (see: lockcheck backends).")
 @click.option("--workload", default="mutex", show_default=True,
-              help="mutex (acquire/hold/release) or fenced (also write to a fenced resource).")
+              help="mutex (acquire/hold/release), fenced (also write to a fenced "
+                   "resource), lock-set (read, hold, write back to an unprotected set) or "
+                   "settlement (a payment per merchant-day in PostgreSQL).")
 @click.option("--nemesis", default="partition", show_default=True,
               help="none, or faults (see: lockcheck backends), comma-separated.")
 @click.option("--provider", default="local", show_default=True,
@@ -107,9 +109,16 @@ def main() -> None:
 @click.option("--time-limit", type=float, default=30.0, show_default=True, help="Seconds.")
 @click.option("--ttl-ms", type=int, default=1000, show_default=True, help="Lease TTL.")
 @click.option("--hold-ms", default="50-500", show_default=True,
-              help="Critical-section time, ms or a range lo-hi.")
+              help="Critical-section time: ms (200), a range (50-500), "
+                   "lognormal:MEDIAN:SIGMA[:MAX] or pareto:MIN:ALPHA[:MAX].")
 @click.option("--nemesis-interval", type=float, default=3.0, show_default=True,
-              help="Seconds between faults, and how long a partition or pause lasts.")
+              help="Seconds of quiet between faults.")
+@click.option("--nemesis-duration", type=float, default=None,
+              help="Seconds each partition, pause, clock, loss or delay fault lasts "
+                   "[default: --nemesis-interval].")
+@click.option("--nemesis-mode", default="one", show_default=True,
+              help="With several faults: one (a random one at a time) or all (all of "
+                   "them at once).")
 @click.option("--restart-delay-ms", type=int, default=100, show_default=True,
               help="After a kill, restart the server this much later.")
 @click.option("--kill-targets", default="one-or-minority", show_default=True,
@@ -119,6 +128,18 @@ def main() -> None:
 @click.option("--pause-at", default="section", show_default=True,
               help="client-pause: stop a holder inside its critical section (section) or "
                    "as it leaves it, while it releases (release).")
+@click.option("--clock-offset-ms", type=int, default=None,
+              help="clock-skew/bump/strobe: how far a clock moves [default: 2x TTL].")
+@click.option("--clock-rate", type=float, default=4.0, show_default=True,
+              help="clock-rate: how many times as fast the clock runs.")
+@click.option("--clock-period-ms", type=int, default=None,
+              help="clock-strobe: time between jumps [default: max(50, TTL/4)].")
+@click.option("--clock-targets", default="nodes", show_default=True,
+              help="Whose clocks the clock faults move: nodes, clients or all.")
+@click.option("--loss-probability", type=float, default=0.3, show_default=True,
+              help="loss: the share of packets dropped on a lossy link.")
+@click.option("--delay-ms", type=int, default=100, show_default=True,
+              help="delay: added to each round trip through a delayed node.")
 @click.option("--quiet", type=float, default=5.0, show_default=True,
               help="Final seconds with every fault healed (at most a quarter of the run).")
 @click.option("--recover-s", type=float, default=None,
@@ -140,11 +161,13 @@ def test(**o: Any) -> int:
     from lockcheck.backends import backend
     from lockcheck.nemesis.registry import parse_nemesis
     from lockcheck.runner import run_test
-    from lockcheck.spec import TestSpec, parse_range_ms
+    from lockcheck.spec import TestSpec
+    from lockcheck.workloads.hold import parse_hold
 
     b = backend(o["backend"])
     nemesis = parse_nemesis(o["nemesis"])
     provider_opts = gather_provider_options(o)
+    hold = parse_hold(o["hold_ms"])
     if o["test_count"] < 1:
         raise BadInput("--test-count must be at least 1")
     worst = exitcodes.VALID
@@ -157,10 +180,14 @@ def test(**o: Any) -> int:
             provider_options=provider_opts,
             nodes=o["nodes"] or b.default_nodes,
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
-            ttl_ms=o["ttl_ms"], hold_ms=parse_range_ms(o["hold_ms"], "--hold-ms"),
-            nemesis_interval=o["nemesis_interval"], restart_delay=o["restart_delay_ms"] / 1000,
+            ttl_ms=o["ttl_ms"], hold_ms=hold.bounds, hold_dist=hold.dist,
+            nemesis_interval=o["nemesis_interval"], nemesis_duration=o["nemesis_duration"],
+            nemesis_mode=o["nemesis_mode"], restart_delay=o["restart_delay_ms"] / 1000,
             kill_targets=o["kill_targets"], pause_ms=o["pause_ms"], pause_at=o["pause_at"],
-            quiet=o["quiet"], recover_s=o["recover_s"],
+            clock_offset_ms=o["clock_offset_ms"],
+            clock_rate=o["clock_rate"], clock_period_ms=o["clock_period_ms"],
+            clock_targets=o["clock_targets"], loss_probability=o["loss_probability"],
+            delay_ms=o["delay_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
             resource=o["resource"], seed=seed,
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             subnet=o["subnet"])

@@ -10,7 +10,7 @@ import gc
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -325,6 +325,19 @@ class HistoryWriter:
             t = str(d.get("type"))
             self.counts[t] = self.counts.get(t, 0) + 1
         return d
+
+    def append_lines(self, lines: Sequence[str]) -> int:
+        """Append ops that arrive already encoded: each line a complete JSON object
+        without `index`, ending in a newline. Each gets the next index as its first
+        field; one write and one flush for all (`counts` counts only `append`'s ops).
+        Returns the first index."""
+        with self._lock:
+            first = self._next
+            self._fh.write("".join(f'{{"index": {first + i}, {line[1:]}'
+                                   for i, line in enumerate(lines)))
+            self._fh.flush()
+            self._next += len(lines)
+        return first
 
     def __len__(self) -> int:
         return self._next

@@ -17,6 +17,7 @@ INSTALL = {
     "etcd": "apt-get install -y etcd-server",
     "redis-sentinel": "apt-get install -y redis-sentinel",
     "/usr/lib/postgresql/15/bin/postgres": "apt-get install -y postgresql-15",
+    "java": "apt-get install -y zookeeper",
 }
 
 

@@ -1,7 +1,8 @@
 """One test run, in the order Jepsen's core uses, with every teardown guaranteed.
 
     plan (refuse what cannot run) -> store -> cluster -> database -> resource
-    -> client workers -> nemesis -> run -> heal, quiet phase -> stop workers
+    -> faults' prepare steps -> client workers -> nemesis -> run -> heal, quiet phase
+    -> stop workers
     -> recovery check -> [teardown in reverse: heal, workers, resource, logs and
     servers, cluster, history] -> check -> results.json and summary
 
@@ -14,14 +15,12 @@ on disk as it goes, so what was recorded is checked even after a failure.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import platform
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,11 +36,12 @@ from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
-from lockcheck.history import HistoryWriter, read_history_full
+from lockcheck.history import HistoryWriter, Op, read_history_full
+from lockcheck.intake import GATHER_S, Intake
 from lockcheck.interrupts import sigterm_as_interrupt
-from lockcheck.nemesis.api import Nemesis, RunContext, WorkerRef
+from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
-from lockcheck.nemesis.registry import NEMESES, check_supported
+from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import debian_packages, require_binaries
 from lockcheck.results import store
@@ -83,7 +83,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
     db = b.make_db(spec)  # inert until setup: it only answers what it can do
-    check_supported(spec.nemesis, db, b.name)
+    check_supported(spec.nemesis, db, b.name, spec)
     why = p.prerequisites()
     if why is not None:
         raise BadInput(f"lockcheck test {why}")
@@ -94,7 +94,17 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     check_provider(p, spec, say)  # its options and hosts, the faults it cannot inject
+    check_fault_prerequisites(spec)
+    prepare_db(spec.nemesis, db, spec)
     return Plan(spec, b, w, p, db)
+
+
+def check_fault_prerequisites(spec: TestSpec) -> None:
+    """What the chosen faults need on this machine (libfaketime for clock faults)."""
+    if any(NEMESES[n].clock for n in spec.nemesis):
+        from lockcheck.cluster.faketime import require_libfaketime
+
+        require_libfaketime()
 
 
 @contextlib.contextmanager
@@ -133,33 +143,37 @@ class Teardown:
         return self.errors
 
 
+def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
+                   gather_s: float = GATHER_S) -> Intake:
+    """The workers' ops into the history, watched by the live counts (every op: events
+    and resource writes whole, the others by type) and by who holds a lock now (the
+    critical-section events)."""
+    def observe(op: dict[str, Any]) -> None:
+        stats.observe(op)
+        if op["type"] == "event":
+            holders.observe(op)
+
+    def wants(line: str) -> bool:
+        return '"type": "event"' in line or '"f": "write"' in line
+
+    return Intake(writer, [observe], wants=wants, count=stats.count, gather_s=gather_s)
+
+
 class WorkerHandle:
-    """A client worker process and the thread that copies its ops into the history."""
+    """A client worker process, and its pipe into the history (`lockcheck/intake.py`)."""
 
-    def __init__(self, index: int, host: str, daemon: LocalDaemon, writer: HistoryWriter,
-                 observers: Sequence[Callable[[dict[str, Any]], None]]) -> None:
-        self.index, self.host, self.daemon, self.writer = index, host, daemon, writer
-        self.observers = observers
-        self.bad_lines = 0
-        self.thread = threading.Thread(target=self._pump, name=f"pump-{daemon.name}",
-                                       daemon=True)
-        self.thread.start()
+    def __init__(self, index: int, host: str, daemon: LocalDaemon, intake: Intake) -> None:
+        self.index, self.host, self.daemon = index, host, daemon
+        assert daemon.popen is not None and daemon.popen.stdout is not None
+        self.source = intake.add(daemon.name, daemon.popen.stdout)
 
-    def _pump(self) -> None:
-        popen = self.daemon.popen
-        assert popen is not None and popen.stdout is not None
-        for raw in popen.stdout:
-            try:
-                op = json.loads(raw)
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            if not isinstance(op, dict):
-                self.bad_lines += 1
-                continue
-            d = self.writer.append(op)
-            for obs in self.observers:
-                obs(d)
+    @property
+    def bad_lines(self) -> int:
+        return self.source.bad_lines
+
+    def drained(self, timeout: float) -> bool:
+        """Until every op the worker wrote is in the history (its pipe has ended)."""
+        return self.source.wait_ended(timeout)
 
     def ask_to_stop(self) -> None:
         popen = self.daemon.popen
@@ -232,6 +246,10 @@ class Run:
         self.writer = HistoryWriter(run_dir / store.HISTORY)
         self.stats = LiveStats()
         self.holders = Holders()
+        # a fault that acts on ops as they arrive (client-pause) needs them at once
+        self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
+        self.intake = history_intake(self.writer, self.stats, self.holders,
+                                     gather_s=0.0 if self.prompt else GATHER_S)
         self.display = make_run_display(out, p.spec.name)
         self.started = time.monotonic()
         self.phase = "setup"
@@ -242,6 +260,7 @@ class Run:
         self.schedule: NemesisSchedule | None = None
         self.cluster: Cluster | None = None
         self.resource: Resource | None = None
+        self.prepared: dict[str, Prepared] = {}
         self.t0 = time.monotonic_ns()
         keys = p.workload.keys
         self.key_plan: KeyPlan = (load(keys)(p.spec) if keys else default_keys(p.spec.keys))
@@ -254,6 +273,8 @@ class Run:
         spec = self.spec
         self.write_test_json()
         self.teardown.push("close history", self.writer.close)
+        self.intake.start()
+        self.teardown.push("stop copying ops", self.intake.close)
         interrupted, failure = False, None
         self.out.write(f"lockcheck {spec.name}: {spec.nodes} node(s), {spec.concurrency} "
                        f"clients, {spec.keys} key(s), {spec.time_limit:g}s -> {self.run_dir}\n")
@@ -263,6 +284,7 @@ class Run:
                 self.start_db()
                 self.t0 = time.monotonic_ns()  # history times count from here
                 self.start_resource()
+                self.prepare_faults()
                 self.start_workers()
                 self.start_nemesis()
                 self.run_phases()
@@ -387,21 +409,37 @@ class Run:
         return WorkerConfig(
             worker=index, process_stride=spec.process_stride, backend=spec.backend,
             workload=spec.workload, client_config=self.p.db.client_config(), keys=self.keys,
-            ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, seed=spec.seed, t0_ns=self.t0,
+            ttl_ms=spec.ttl_ms, hold_ms=spec.hold_ms, hold_dist=spec.hold_dist,
+            seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None,
-            recovery_keys=self.key_plan.recovery, key_params=self.key_plan.params, **kw)
+            prompt=self.prompt, recovery_keys=self.key_plan.recovery,
+            key_params=self.key_plan.params, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
+        env: dict[str, str] = {}
+        for p in self.prepared.values():
+            env.update(p.worker_env(host.name))
         d = host.spawn(f"worker-{index}",
                        # -P: the controller's working directory must not shadow the
                        # installed lockcheck (a checkout of another version, say)
                        [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
-                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        return WorkerHandle(index, host.name, d, self.writer,
-                            [self.stats.observe, self.holders.observe])
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
+        return WorkerHandle(index, host.name, d, self.intake)
+
+    def prepare_faults(self) -> None:
+        """What a fault must have in place before the clients connect (a proxy in the
+        path, the clients' clock files), each undone after the workers stop."""
+        assert self.cluster is not None
+        ctx = PrepareContext(spec=self.spec, cluster=self.cluster, db=self.p.db)
+        from lockcheck.backends import load
+
+        for step in prepare_steps(self.spec.nemesis):
+            prepared: Prepared = load(step)(ctx)
+            self.prepared[step] = prepared
+            self.teardown.push(f"undo {step}", prepared.close)
 
     def start_workers(self) -> None:
         assert self.cluster is not None
@@ -414,7 +452,8 @@ class Run:
         spec = self.spec
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
-                         holders=self.holders.now, next_exit=self.holders.next_exit)
+                         holders=self.holders.now, next_exit=self.holders.next_exit,
+                         prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 
         def record(type_: str, f: str, value: Any) -> None:
@@ -424,7 +463,7 @@ class Run:
         self.schedule = NemesisSchedule(
             nemeses, interval=spec.nemesis_interval,
             until=time.monotonic() + spec.time_limit - quiet, rng=random.Random(spec.seed),
-            record=record)
+            record=record, mode=spec.nemesis_mode)
         self.teardown.push("heal faults", self.heal)
         self.schedule.start()
 
@@ -476,7 +515,7 @@ class Run:
             if not w.daemon.wait(max(0.0, deadline - time.monotonic())):
                 w.daemon.kill()
         for w in workers:
-            w.thread.join(timeout=5)
+            w.drained(timeout=5)
 
     def recover(self) -> None:
         """Every fault is healed: can each lock be taken again? (recorded in the history)"""
@@ -491,7 +530,7 @@ class Run:
         self.show("recovery")
         if not w.daemon.wait(spec.recover_timeout_s + spec.op_timeout_s * 2 + 5.0):
             w.daemon.kill()
-        w.thread.join(timeout=5)
+        w.drained(timeout=5)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -509,15 +548,19 @@ class Run:
             results["recovery"] = check_recovery(read.ops, self.test)
             if results["recovery"]["valid"] is not True:
                 self.errors.append(f"recovery: {results['recovery']['summary']}")
-        if self.schedule is not None and self.schedule.heal_errors:
-            results["heal_errors"] = list(self.schedule.heal_errors)
+        heal_errors = unique(self.schedule.heal_errors) if self.schedule is not None else []
+        if heal_errors:
+            # a fault left in place taints what follows: in results.json and on screen
+            results["heal_errors"] = heal_errors
+            self.errors = unique([*heal_errors, *self.errors])
         if failure is not None:
             results["failure"] = failure
             if results["valid"] is True:
                 results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
         results["interrupted"] = interrupted
         results["errors"] = self.errors
-        results["stats"] = {"ops": len(read.ops), "by_type": self.stats.by_type,
+        bt = by_type(read.ops)
+        results["stats"] = {"ops": len(read.ops), "by_type": bt,
                             "faults": self.schedule.faults if self.schedule else 0,
                             "saves": self.stats.saves}
         store.write_json(self.run_dir / store.RESULTS, results)
@@ -530,7 +573,6 @@ class Run:
             log.exception("report failed")
             self.errors.append(f"report.html not written: {type(e).__name__}: {e}")
             store.write_json(self.run_dir / store.RESULTS, results)
-        bt = self.stats.by_type
         out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
                   f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
                   f"{results['stats']['faults']} fault(s) injected\n\n")
@@ -546,7 +588,21 @@ class Run:
             out.write(f"cluster {self.cluster.run_id} left running ({where}); remove it "
                       "with: lockcheck cluster down\n")
         for problem in self.errors:
-            out.write(f"warning: {problem}\n")
+            word = "error" if problem in heal_errors else "warning"
+            out.write(f"{word}: {problem}\n")
         return RunOutcome(self.run_dir, results["valid"], results, interrupted, self.errors,
                           failure)
 
+
+def by_type(ops: Sequence[Op]) -> dict[str, int]:
+    """The clients' ops by type (invoke, ok, fail, info, event), from the history."""
+    out: dict[str, int] = {}
+    for o in ops:
+        if o.process != "nemesis":
+            out[o.type] = out.get(o.type, 0) + 1
+    return out
+
+
+def unique(items: Sequence[str]) -> list[str]:
+    """In order, each once (a heal that fails fails again at every later heal)."""
+    return list(dict.fromkeys(items))

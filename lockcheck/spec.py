@@ -11,6 +11,9 @@ RESOURCES = ("fenced", "unfenced")
 # which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
 KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all")
 PAUSE_AT = ("section", "release")  # where client-pause stops a holder
+NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
+CLOCK_TARGETS = ("nodes", "clients", "all")
+MAX_DELAY_MS = 10_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,12 +31,21 @@ class TestSpec:
     keys: int = 3
     time_limit: float = 30.0
     ttl_ms: int = 1000
-    hold_ms: tuple[int, int] = (50, 500)
+    hold_ms: tuple[int, int] = (50, 500)  # bounds of the critical-section time
+    hold_dist: str | None = None  # a long-tail distribution (workloads/hold.py), or uniform
     nemesis_interval: float = 3.0
+    nemesis_duration: float | None = None  # how long a fault lasts; default the interval
+    nemesis_mode: str = "one"
     restart_delay: float = 0.1
     kill_targets: str = "one-or-minority"
     pause_ms: int | None = None  # client-pause: default 2x TTL
     pause_at: str = "section"
+    clock_offset_ms: int | None = None  # clock-skew/bump/strobe: default 2x TTL
+    clock_rate: float = 4.0  # clock-rate: how many times faster the clock runs
+    clock_period_ms: int | None = None  # clock-strobe: default max(50, TTL/4)
+    clock_targets: str = "nodes"
+    loss_probability: float = 0.3  # loss: share of packets dropped on a lossy link
+    delay_ms: int = 100  # delay: added to every round trip through a delayed node
     quiet: float = 5.0  # final phase with every fault healed
     recover_s: float | None = None  # final check that every lock can be taken again
     resource: str = "fenced"
@@ -49,6 +61,23 @@ class TestSpec:
     def name(self) -> str:
         workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
         return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
+
+    @property
+    def fault_duration(self) -> float:
+        """How long a partition, pause, clock, loss or delay fault lasts."""
+        if self.nemesis_duration is not None:
+            return self.nemesis_duration
+        return self.nemesis_interval
+
+    @property
+    def clock_offset(self) -> int:
+        return self.clock_offset_ms if self.clock_offset_ms is not None else 2 * self.ttl_ms
+
+    @property
+    def clock_period(self) -> int:
+        if self.clock_period_ms is not None:
+            return self.clock_period_ms
+        return max(50, self.ttl_ms // 4)
 
     @property
     def op_timeout_s(self) -> float:
@@ -119,14 +148,44 @@ def validate(spec: TestSpec) -> TestSpec:
     if spec.kill_targets not in KILL_TARGETS:
         raise BadInput(f"unknown --kill-targets {spec.kill_targets!r}; choose from "
                        f"{', '.join(KILL_TARGETS)}")
+    validate_faults(spec)
     if spec.restart_delay < 0:
         raise BadInput("--restart-delay-ms must not be negative")
     if spec.nodes > prov.max_nodes:
         raise BadInput(f"--nodes must be at most {prov.max_nodes}")
     if spec.concurrency > prov.max_clients:
         raise BadInput(f"--concurrency must be at most {prov.max_clients}")
+    for n in spec.nemesis:
+        need = NEMESES[n].min_nodes
+        if spec.nodes < need:
+            raise BadInput(f"--nemesis {n} needs --nodes {need} or more "
+                           f"({NEMESES[n].min_nodes_why})")
     if spec.nodes < b.min_nodes:
         raise BadInput(f"backend {b.name} needs --nodes {b.min_nodes} or more")
     if b.max_nodes is not None and spec.nodes > b.max_nodes:
         raise BadInput(f"backend {b.name} runs on at most {b.max_nodes} nodes")
     return spec
+
+
+def validate_faults(spec: TestSpec) -> None:
+    """The options of the faults and of their schedule."""
+    if spec.nemesis_duration is not None and spec.nemesis_duration <= 0:
+        raise BadInput("--nemesis-duration must be positive")
+    if spec.nemesis_mode not in NEMESIS_MODES:
+        raise BadInput(f"unknown --nemesis-mode {spec.nemesis_mode!r}; choose from "
+                       f"{', '.join(NEMESIS_MODES)}")
+    if spec.clock_targets not in CLOCK_TARGETS:
+        raise BadInput(f"unknown --clock-targets {spec.clock_targets!r}; choose from "
+                       f"{', '.join(CLOCK_TARGETS)}")
+    if spec.clock_offset_ms is not None and spec.clock_offset_ms < 1:
+        raise BadInput("--clock-offset-ms must be at least 1")
+    if spec.clock_period_ms is not None and spec.clock_period_ms < 10:
+        raise BadInput("--clock-period-ms must be at least 10")
+    if not 0 < spec.clock_rate <= 100 or spec.clock_rate == 1:
+        raise BadInput("--clock-rate must be above 0, at most 100, and not 1 "
+                       f"(got {spec.clock_rate:g})")
+    if not 0 < spec.loss_probability <= 1:
+        raise BadInput("--loss-probability must be above 0 and at most 1 "
+                       f"(got {spec.loss_probability:g})")
+    if not 1 <= spec.delay_ms <= MAX_DELAY_MS:
+        raise BadInput(f"--delay-ms must be between 1 and {MAX_DELAY_MS}")

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,16 @@ def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+def faketime_files(pids: Iterable[int]) -> list[Path]:
+    """libfaketime's shared-memory files of these processes that are still there (not
+    counting a PID that is now a live faked process's, reused: the files are its own)."""
+    from lockcheck.cluster.faketime import runs_libfaketime
+
+    return [p for pid in pids if not (proc_alive(pid) and runs_libfaketime(pid))
+            for p in (Path(f"/dev/shm/faketime_shm_{pid}"),
+                      Path(f"/dev/shm/sem.faketime_sem_{pid}")) if p.exists()]
+
+
 def namespaces() -> list[str]:
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
@@ -226,6 +236,7 @@ class RunTrace:
             if (state_dir() / f"{rid}{suffix}").exists():
                 out.append(f"registry file {state_dir() / f'{rid}{suffix}'}")
         out += self.process_leftovers()
+        out += [f"libfaketime file {p}" for p in faketime_files(self.pids)]
         return out
 
 

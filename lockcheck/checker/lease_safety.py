@@ -67,6 +67,12 @@ def _ttl(inv: Op, default: int | None) -> float | None:
     return float(default) if default is not None and default > 0 else None
 
 
+def _lease(op: Op | None) -> str | None:
+    v = op.value if op is not None else None
+    token = v.get("lease") if isinstance(v, dict) else None
+    return token if isinstance(token, str) else None
+
+
 def _fence(*ops: Op | None) -> int | None:
     for op in ops:
         if op is not None and op.fence is not None:
@@ -80,16 +86,27 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
     if not 0 <= e < 1:
         return {"valid": "unknown", "error": f"clock_drift must be in [0, 1), got {e}"}
 
-    # Per (key, process): times of acquire/release invokes, which end a process's claim.
+    # A renew or release that names its lease (a `lease` token) belongs to the process
+    # whose ok acquire returned it: after an `info` the worker releases under a new id.
+    lock_pairs = [p for p in pair_ops(ops)
+                  if p.invoke.key is not None and p.invoke.f in ("acquire", "renew", "release")]
+    owners: dict[str, Process] = {}
+    for pair in lock_pairs:
+        token = _lease(pair.complete) if pair.invoke.f == "acquire" else None
+        if token is not None and pair.complete is not None and pair.complete.type == "ok":
+            owners[token] = pair.invoke.process
+
+    def owner(inv: Op) -> Process:
+        token = _lease(inv) if inv.f != "acquire" else None
+        return owners.get(token, inv.process) if token is not None else inv.process
+
+    # Per (key, owner): times of acquire/release invokes, which end a process's claim.
     boundaries: dict[tuple[str, Process], list[tuple[int, int, str]]] = defaultdict(list)
-    lock_pairs = []
-    for pair in pair_ops(ops):
+    for pair in lock_pairs:
         inv = pair.invoke
-        if inv.key is None or inv.f not in ("acquire", "renew", "release"):
-            continue
-        lock_pairs.append(pair)
         if inv.f in ("acquire", "release"):
-            boundaries[(inv.key, inv.process)].append((inv.time, inv.index, inv.f))
+            assert inv.key is not None
+            boundaries[(inv.key, owner(inv))].append((inv.time, inv.index, inv.f))
     for b in boundaries.values():
         b.sort()
 
@@ -105,7 +122,8 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
         if ttl is None:
             skipped_no_ttl += 1
             continue
-        bounds = boundaries.get((inv.key, inv.process), [])
+        who = owner(inv)
+        bounds = boundaries.get((inv.key, who), [])
         pos = bisect.bisect_right(bounds, (inv.time, inv.index, "~"))
         if inv.f == "renew" and pos > 0 and bounds[pos - 1][2] == "release":
             # a renew sent after the holder started releasing proves nothing lasting
@@ -116,7 +134,7 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
             until = min(until, bounds[pos][0])
         certs[inv.key].append(
             _Cert(
-                process=inv.process,
+                process=who,
                 f=inv.f,
                 invoke_ns=inv.time,
                 ok_ns=comp.time,

@@ -6,6 +6,7 @@ from lockcheck.checker.api import Checker
 from lockcheck.checker.fencing import check_fencing
 from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
+from lockcheck.checker.lock_set import check_lock_set
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
 from lockcheck.checker.settlement import check_settlement
 
@@ -14,6 +15,7 @@ CHECKERS: dict[str, Checker] = {
     "fencing": check_fencing,
     "lease-safety": check_lease_safety,
     "linearizable": check_linearizable,
+    "lock-set": check_lock_set,
     "settlement": check_settlement,
 }
 
@@ -21,4 +23,5 @@ CHECKERS: dict[str, Checker] = {
 DEFAULT_CHECKERS: dict[str, list[str]] = {
     "mutex": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
     "fenced": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
+    "lock-set": ["mutual-exclusion", "fencing", "lease-safety", "linearizable", "lock-set"],
 }

@@ -5,6 +5,10 @@
 - `fenced` workload: the protected resource is on trial. `fencing.resource_valid`
   decides; overlapping critical sections and duplicate fences are reported but do not
   decide (they are why fencing exists). No fencing result means "unknown".
+- `lock-set` and `settlement` workloads: the resource is on trial, and its checker
+  decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
+  the final set is a lost update); overlapping critical sections are reported as the
+  cause.
 
 In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
 unless another is False; in `fenced`, only the fencing checker can. A checker that
@@ -22,6 +26,7 @@ from lockcheck.exitcodes import merge_valid
 
 MUTEX = "mutual-exclusion"
 FENCING = "fencing"
+LOCK_SET = "lock-set"
 
 
 def _n(count: int, singular: str, plural: str | None = None) -> str:
@@ -173,8 +178,8 @@ def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[obje
         return "unknown", "unknown: no checker results"
     if workload == "fenced":
         return _fenced_verdict(results)
-    if workload == "settlement":
-        return _decided_by("settlement", results)
+    if workload in (LOCK_SET, "settlement"):
+        return _decided_by(workload, results)
     if workload != "mutex":
         valid, text = _mutex_verdict(results)
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"

@@ -8,8 +8,9 @@ Three levels, as in Jepsen:
   (a ZooKeeper quorum is configured and started as one), tears it down, reports
   versions and tells client workers how to reach it (`client_config`);
 * optional **capabilities** of a database (`Killable`, `Pausable`, `HasPrimary`,
-  `LogFiles`) are separate protocols, checked with `isinstance` where they are used:
-  a nemesis that needs one the backend lacks is refused before the run starts.
+  `CanFailover`, `Clock`, `LogFiles`) are separate protocols, checked with
+  `isinstance` where they are used: a nemesis that needs one the backend lacks is
+  refused before the run starts.
 
 Nothing outside `cluster/` needs to know which provider it is talking to.
 """
@@ -79,12 +80,34 @@ class Node(Protocol):
         """Copy a file from the node to `dest` on the controller; False if it is missing."""
         ...
 
-    def block(self, sources: Sequence[str]) -> None:
-        """Drop every packet arriving from these addresses (one side of a partition)."""
+    def block(self, sources: Sequence[str], probability: float = 1.0) -> None:
+        """Drop packets arriving from these addresses: every one (one side of a
+        partition), or each independently with `probability` (a lossy link).
+
+        Local provider: iptables DROP rules (`-m statistic --mode random` below 1) in a
+        chain of the run's own inside the node's namespace. Docker and SSH providers
+        do the same in the container's namespace or in a chain of lockcheck's own on
+        the host, never in the host's own rules.
+        """
         ...
 
     def heal(self) -> None:
         """Remove every drop rule lockcheck put on this node. Idempotent."""
+        ...
+
+    def intercept(self, port: int, to_port: int, sources: Sequence[str]) -> None:
+        """From now on, new TCP connections from `sources` to this node's `port` reach
+        `to_port` on the node instead (where a proxy listens and forwards to `port`).
+
+        Local provider: an iptables REDIRECT in the namespace's nat table; Docker and
+        SSH providers: the same in the container or in a chain of lockcheck's own.
+        Connections the node makes itself are not redirected, so the proxy reaches
+        the service directly. Goes with the node; `unintercept` removes it earlier.
+        """
+        ...
+
+    def unintercept(self) -> None:
+        """Remove every redirect `intercept` added. Idempotent."""
         ...
 
 
@@ -107,7 +130,9 @@ class ClientHost(Protocol):
         """Start a local process (a `cluster.node.LocalDaemon` with its Popen)."""
         ...
 
-    def block(self, sources: Sequence[str]) -> None: ...
+    def block(self, sources: Sequence[str], probability: float = 1.0) -> None:
+        """As `Node.block`."""
+        ...
 
     def heal(self) -> None: ...
 
@@ -233,6 +258,32 @@ class CanFailover(Protocol):
 
 
 @runtime_checkable
+class Clock(Protocol):
+    """The servers' wall clocks can be moved, per node and at run time, without
+    touching the machine's clock (libfaketime, one process at a time).
+
+    A database offers it when its servers read the time through the C library
+    (redis-server does; Go's etcd and the JVM's ZooKeeper read it themselves and
+    ignore libfaketime, so they do not offer it). `fake_clock` is called before
+    `setup` when a run will move clocks: only then do the servers start under the
+    fake clock, and `set_clock` works.
+    """
+
+    def fake_clock(self) -> None:
+        """Before setup: start every server under a clock lockcheck can move."""
+        ...
+
+    def set_clock(self, node: str, offset_ms: float) -> None:
+        """From now on the server on `node` reads the real wall clock plus `offset_ms`
+        (the monotonic clock stays true); takes effect at its next reading."""
+        ...
+
+    def reset_clock(self, node: str) -> None:
+        """Back to the real wall clock."""
+        ...
+
+
+@runtime_checkable
 class LogFiles(Protocol):
     """Server logs to copy into the results folder (Jepsen's `db/LogFiles`)."""
 
@@ -246,6 +297,7 @@ CAPABILITIES: dict[str, type] = {
     "pause": Pausable,
     "primary": HasPrimary,
     "failover": CanFailover,
+    "clock": Clock,
     "logs": LogFiles,
 }
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time
+from lockcheck.cluster.faketime import remove_shm
+from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time, replace_file
 from lockcheck.cluster.state import Registry, RunState
 from lockcheck.errors import BadInput
 
@@ -99,7 +100,8 @@ class LocalNode:
     """A network namespace with one veth on the run's bridge (a `Node` and a `ClientHost`).
 
     Packet-drop rules go into a chain of this run's own (`lc-<run id>`), jumped to from
-    INPUT, so a heal flushes only what lockcheck put there.
+    INPUT, so a heal flushes only what lockcheck put there; redirects to a proxy go
+    into a chain of the same name in the nat table, jumped to from PREROUTING.
     """
 
     name: str
@@ -109,6 +111,7 @@ class LocalNode:
     chain: str
     on_spawn: Any = None  # callback(pid) so the registry learns every PID at once
     _chain_ready: bool = False
+    _nat_ready: bool = False
 
     own_network = True  # a ClientHost with an address of its own: partitions can cut it
 
@@ -164,8 +167,7 @@ class LocalNode:
                            popen=popen, pid=popen.pid)
 
     def write_file(self, path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        replace_file(path, text)  # in one step: a clock file is read at every clock call
 
     def fetch(self, path: Path, dest: Path) -> bool:
         if not path.is_file():
@@ -174,23 +176,43 @@ class LocalNode:
         shutil.copyfile(path, dest)
         return True
 
-    def _ensure_chain(self) -> None:
-        if self._chain_ready:
-            return
-        self.run(["iptables", "-w", "-N", self.chain], check=False)  # exists: fine
-        if self.run(["iptables", "-w", "-C", "INPUT", "-j", self.chain],
-                    check=False).returncode != 0:
-            self.run(["iptables", "-w", "-I", "INPUT", "-j", self.chain])
-        self._chain_ready = True
+    def _ensure_chain(self, table: str = "filter", hook: str = "INPUT") -> None:
+        ipt = ["iptables", "-w", "-t", table]
+        self.run([*ipt, "-N", self.chain], check=False)  # exists: fine
+        if self.run([*ipt, "-C", hook, "-j", self.chain], check=False).returncode != 0:
+            self.run([*ipt, "-I", hook, "-j", self.chain])
 
-    def block(self, sources: Sequence[str]) -> None:
-        if sources:
+    def block(self, sources: Sequence[str], probability: float = 1.0) -> None:
+        if not sources:
+            return
+        if not 0 < probability <= 1:
+            raise ValueError(f"drop probability must be in (0, 1], got {probability}")
+        if not self._chain_ready:
             self._ensure_chain()
-            self.run(["iptables", "-w", "-A", self.chain, "-s", ",".join(sources), "-j", "DROP"])
+            self._chain_ready = True
+        # below 1, each packet is dropped on its own with that probability
+        chance = ([] if probability >= 1 else
+                  ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.6f}"])
+        self.run(["iptables", "-w", "-A", self.chain, "-s", ",".join(sources), *chance,
+                  "-j", "DROP"])
 
     def heal(self) -> None:
         if self._chain_ready:  # no chain yet: nothing was ever blocked here
             self.run(["iptables", "-w", "-F", self.chain])
+
+    def intercept(self, port: int, to_port: int, sources: Sequence[str]) -> None:
+        if not sources:
+            return
+        if not self._nat_ready:
+            self._ensure_chain("nat", "PREROUTING")
+            self._nat_ready = True
+        self.run(["iptables", "-w", "-t", "nat", "-A", self.chain, "-p", "tcp",
+                  "-s", ",".join(sources), "--dport", str(port),
+                  "-j", "REDIRECT", "--to-ports", str(to_port)])
+
+    def unintercept(self) -> None:
+        if self._nat_ready:
+            self.run(["iptables", "-w", "-t", "nat", "-F", self.chain])
 
 
 @dataclass
@@ -314,13 +336,15 @@ def netns_pids(ns: str) -> list[int]:
 
 
 def destroy(state: RunState, registry: Registry) -> None:
-    """Remove everything a run created: processes, namespaces, bridge, temp dir, state."""
+    """Remove everything a run created: processes, namespaces, bridge, temp dir, the
+    shared-memory files libfaketime left for its processes, state."""
     # Only processes inside our own namespaces are killed: a PID remembered in the
     # registry may have been reused by an unrelated process since the run died.
     pids: list[int] = []
     for ns in state.namespaces:
         pids += netns_pids(ns)
     _kill_pids(pids)
+    remove_shm([*state.pids, *pids])  # only for processes that are gone
     for ns in state.namespaces:
         _ip("netns", "del", ns, check=False)
     if state.bridge:  # the docker and ssh providers' client namespaces need none

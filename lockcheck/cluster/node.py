@@ -37,6 +37,16 @@ def pid_start_time(pid: int) -> int | None:
         return None
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write a file of this machine in one step: a process that reads it meanwhile
+    (libfaketime reads its clock file at every clock call) sees the old text or the
+    new, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 @dataclass
 class LocalDaemon:
     """A process started on this machine (in a namespace, say); we keep its PID.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Daemon, Node
 from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
 from lockcheck.errors import BadInput
@@ -160,11 +161,58 @@ class RedisProcesses:
         self.servers[node].resume()
 
 
-class RedisDB(RedisProcesses):
+
+class RedisClocks:
+    """The `Clock` capability of a database made of `RedisServer`s: redis-server reads
+    the wall clock through the C library, so libfaketime moves it (`cluster/faketime.py`:
+    glibc's malloc wrapper preloaded first, the clock file re-read at every call).
+
+    `fake_clock()` before setup, then `clock_env(node)` for each server started."""
+
+    servers: dict[str, RedisServer]
+    faking: bool = False
+
+    def fake_clock(self) -> None:
+        self.faking = True
+
+    @staticmethod
+    def clock_file(node: Node) -> Path:
+        return node.workdir / "faketime.rc"
+
+    def clock_env(self, node: Node) -> dict[str, str]:
+        """The environment a server on `node` starts with (empty without fake clocks);
+        a server restarted after a kill reads the node's clock file again."""
+        if not self.faking:
+            return {}
+        node.write_file(self.clock_file(node), faketime.spec(0))
+        return faketime.env(self.clock_file(node), shim=True)
+
+    def set_clock(self, node: str, offset_ms: float) -> None:
+        if not self.faking:
+            raise RuntimeError("redis was not started under a fake clock (fake_clock() "
+                               "must come before setup)")
+        n = self.servers[node].node
+        n.write_file(self.clock_file(n), faketime.spec(offset_ms))
+
+    def reset_clock(self, node: str) -> None:
+        self.set_clock(node, 0.0)
+
+    def kill(self, node: str) -> None:
+        """Kill (with the processes' capability next in line), then remove the files
+        libfaketime leaves on the node, before the PID can be reused by another faked
+        process (whose fake clock would then fail to start)."""
+        s = self.servers[node]
+        pid = s.daemon.pid if s.daemon is not None else None
+        super().kill(node)  # type: ignore[misc]
+        if self.faking and pid is not None:
+            s.node.run(["rm", "-f", *map(str, faketime.shm_files(pid))], check=False)
+
+
+class RedisDB(RedisClocks, RedisProcesses):
     """Independent Redis masters, one per node (`redis`, `redlock`).
 
     Killable (a killed master restarts empty: no persistence unless the backend asks
-    for it), pausable, with log files.
+    for it), pausable, with log files, and clocks that can be moved (`RedisClocks`).
     """
 
     name = "redis"
@@ -175,7 +223,8 @@ class RedisDB(RedisProcesses):
         self.servers: dict[str, RedisServer] = {}
 
     def setup(self, cluster: Cluster) -> None:
-        self.servers = {n.name: RedisServer(n, persistence=self.persistence)
+        self.servers = {n.name: RedisServer(n, persistence=self.persistence,
+                                            env=self.clock_env(n))
                         for n in cluster.nodes}
         for s in self.servers.values():
             s.launch()
@@ -197,7 +246,7 @@ class RedisDB(RedisProcesses):
                        "pid": s.daemon.pid if s.daemon else None}
                 for name, s in self.servers.items()}
 
-    # -- capabilities (and those of RedisProcesses) ----------------------------------
+    # -- capabilities (and those of RedisClocks and RedisProcesses) -----------------
 
     def log_files(self) -> dict[str, Sequence[Path]]:
         return {name: s.log_files() for name, s in self.servers.items()}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -64,3 +64,28 @@ class RunContext:
     holders: Callable[[], list[Holding]]
     # the next holder to leave its critical section, waiting up to the given seconds
     next_exit: Callable[[float], Holding | None] | None = None
+    # what the faults' prepare steps made (nemesis/registry.py), by step
+    prepared: Mapping[str, Any] = field(default_factory=dict)
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareContext:
+    """What a prepare step may act on: the run, before any client worker exists."""
+
+    spec: TestSpec
+    cluster: Cluster
+    db: DB
+
+
+class Prepared(Protocol):
+    """What a prepare step leaves in place for the whole run (a proxy in the path, a
+    clock file under the workers), undone at teardown."""
+
+    def worker_env(self, host: str) -> Mapping[str, str]:
+        """Environment for the client worker that runs on `host` (may be empty)."""
+        ...
+
+    def close(self) -> None:
+        """Undo it (after the workers have stopped). Idempotent."""
+        ...

@@ -1,59 +1,48 @@
-"""Network partitions with packet-drop rules inside the namespaces.
+"""Network partitions: a grudge map (`nemesis/grudge.py`) applied as drop rules.
 
-Two shapes: random halves of the nodes, or one node isolated from the others. Each
-client goes with one side, chosen at random, so some clients keep reaching the
-nodes they can talk to and lose the rest.
+Each `--nemesis partition-*` value is a shape of the nodes, joined by the clients
+(`grudge.with_clients`), or for `partition-clients` a cut between each client and some
+nodes. Every host drops the packets of the hosts it holds a grudge against
+(`Node.block`), so exactly the links the map names are cut, and a heal removes every
+rule on every host.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.cluster.api import ClientHost, HasPrimary, Node
+from lockcheck.nemesis import grudge
 from lockcheck.nemesis.api import RunContext
+from lockcheck.nemesis.grudge import Cut, NodeShape
+
+# (node names, client names, rng) -> the cut over all of them
+Shape = Callable[[list[str], list[str], random.Random], Cut]
+Host = Node | ClientHost
 
 
-def split(nodes: Sequence[str], clients: Sequence[str], rng: random.Random,
-          kind: str) -> tuple[list[str], list[str]]:
-    """Pick two sides. Pure, so it is unit-tested without a cluster."""
-    names = list(nodes)
-    rng.shuffle(names)
-    if kind == "isolate":
-        a, b = names[:1], names[1:]
-    else:
-        cut = max(1, len(names) // 2) if len(names) > 1 else rng.randint(0, 1)
-        a, b = names[:cut], names[cut:]
-    return with_clients(a, b, clients, rng)
+def joined(shape: NodeShape) -> Shape:
+    """A node shape that the clients then join."""
+    def cut(nodes: list[str], clients: list[str], rng: random.Random) -> Cut:
+        return grudge.with_clients(shape(nodes, rng), clients, rng)
+
+    return cut
 
 
-def with_clients(a: Sequence[str], b: Sequence[str], clients: Sequence[str],
-                 rng: random.Random) -> tuple[list[str], list[str]]:
-    """Given the nodes of each side, each client joins one side at random."""
-    a, b = list(a), list(b)
-    for c in clients:
-        (a if rng.random() < 0.5 else b).append(c)
-    return a, b
-
-
-def grudges(a: Sequence[str], b: Sequence[str]) -> dict[str, list[str]]:
-    """Who drops whom: every host on one side drops everyone on the other."""
-    g: dict[str, list[str]] = {h: list(b) for h in a}
-    g.update({h: list(a) for h in b})
-    return g
-
-
-# (node names, client names, rng) -> (kind, side a, side b)
-Sides = Callable[[list[str], list[str], random.Random], tuple[str, list[str], list[str]]]
-
-
-def halves_or_isolate(nodes: list[str], clients: list[str],
-                      rng: random.Random) -> tuple[str, list[str], list[str]]:
-    kind = "isolate" if len(nodes) > 2 and rng.random() < 0.5 else "halves"
-    a, b = split(nodes, clients, rng, kind)
-    return kind, a, b
+def value_of(name: str, cut: Cut) -> dict[str, Any]:
+    """What goes into the history: fault, targets, the shape and the whole grudge."""
+    v: dict[str, Any] = {"fault": name, "targets": list(cut.targets), "kind": cut.kind,
+                         "grudge": grudge.plain(cut.grudge)}
+    if cut.sides:
+        v["sides"] = [list(s) for s in cut.sides]
+    for k in ("bridge", "ring"):
+        if k in cut.extra:
+            v[k] = cut.extra[k]
+    return v
 
 
 @dataclass
@@ -64,38 +53,26 @@ class Partition:
     name: str = "partition"
     start_f: str = "start-partition"
     stop_f: str = "stop-partition"
-    sides: Sides = halves_or_isolate
+    shape: Shape = field(default_factory=lambda: joined(grudge.halves_or_isolate))
     _cut: list[Node | ClientHost] = field(default_factory=list)
 
+    @property
+    def hosts(self) -> list[Node | ClientHost]:
+        return [*self.nodes, *self.clients]
+
     def start(self, rng: random.Random) -> dict[str, Any]:
-        kind, a, b = self.sides([n.name for n in self.nodes], [c.name for c in self.clients],
-                                rng)
-        by_name: dict[str, Node | ClientHost] = {h.name: h for h in self.hosts}
-        for host, enemies in grudges(a, b).items():
-            if enemies:
-                by_name[host].block([by_name[e].address for e in enemies])
-                self._cut.append(by_name[host])
-        return {"fault": self.name, "targets": list(a), "sides": [a, b], "kind": kind}
+        cut = self.shape([n.name for n in self.nodes], [c.name for c in self.clients], rng)
+        self._cut = apply_grudge(self.hosts, cut.grudge)
+        return value_of(self.name, cut)
 
     def stop(self) -> dict[str, Any]:
         healed = sorted({h.name for h in self._cut})
         self.heal()
         return {"fault": self.name, "targets": healed, "healed": healed}
 
-    @property
-    def hosts(self) -> list[Node | ClientHost]:
-        return [*self.nodes, *self.clients]
-
     def heal(self) -> None:
-        failed = []
-        for h in self.hosts:
-            try:
-                h.heal()
-            except Exception as e:
-                failed.append(f"{h.name}: {e}")
+        heal_hosts(self.hosts)
         self._cut.clear()
-        if failed:
-            raise RuntimeError("heal failed on " + "; ".join(failed))
 
 
 def cuttable(clients: Sequence[ClientHost]) -> list[ClientHost]:
@@ -104,20 +81,70 @@ def cuttable(clients: Sequence[ClientHost]) -> list[ClientHost]:
     return [c for c in clients if c.own_network]
 
 
-def partition(ctx: RunContext) -> Partition:
+def on_every_host(what: str, hosts: Sequence[Host], fn: Callable[[Host], object]) -> None:
+    """`fn` on every host at once (each rule is a command in a namespace: one after the
+    other, a partition of 10 hosts took most of a second to set), even if some fail;
+    then raise naming them."""
+    if not hosts:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        futures = {h.name: pool.submit(fn, h) for h in hosts}
+    failed = [f"{name}: {f.exception()}" for name, f in futures.items() if f.exception()]
+    if failed:
+        raise RuntimeError(f"{what} failed on " + "; ".join(failed))
+
+
+def apply_grudge(hosts: Sequence[Host], g: grudge.Grudge,
+                 probability: float = 1.0) -> list[Host]:
+    """Each host drops the packets of those it holds a grudge against; returns them."""
+    by_name = {h.name: h for h in hosts}
+    cut = [by_name[h] for h, enemies in sorted(g.items()) if enemies]
+    on_every_host("partition", cut, lambda h: h.block(
+        sorted(by_name[e].address for e in g[h.name]), probability))
+    return cut
+
+
+def heal_hosts(hosts: Sequence[Host]) -> None:
+    """Remove the drop rules on every host, even if some fail; then raise naming them."""
+    on_every_host("heal", hosts, lambda h: h.heal())
+
+
+def _make(ctx: RunContext, name: str, shape: Shape) -> Partition:
     return Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
-                     hold_s=ctx.spec.nemesis_interval)
+                     hold_s=ctx.spec.fault_duration, name=name, shape=shape)
+
+
+SHAPES: dict[str, Shape] = {
+    "partition": joined(grudge.halves_or_isolate),
+    "partition-one": joined(grudge.isolate),
+    "partition-majority": joined(grudge.majority),
+    "partition-halves": joined(grudge.halves),
+    "partition-ring": joined(grudge.ring),
+    "partition-bridge": joined(grudge.bridge),
+    "partition-clients": grudge.clients_cut,
+}
+
+
+def _factory(name: str) -> Callable[[RunContext], Partition]:
+    return lambda ctx: _make(ctx, name, SHAPES[name])
+
+
+# the registry's factories, one per --nemesis value
+partition = _factory("partition")
+partition_one = _factory("partition-one")
+partition_majority = _factory("partition-majority")
+partition_halves = _factory("partition-halves")
+partition_ring = _factory("partition-ring")
+partition_bridge = _factory("partition-bridge")
+partition_clients = _factory("partition-clients")
 
 
 def partition_primary(ctx: RunContext) -> Partition:
     db = ctx.db
     assert isinstance(db, HasPrimary)
 
-    def sides(nodes: list[str], clients: list[str],
-              rng: random.Random) -> tuple[str, list[str], list[str]]:
-        leaders = [n for n in db.primaries() if n in nodes]
-        a, b = with_clients(leaders, [n for n in nodes if n not in leaders], clients, rng)
-        return "primary", a, b
+    def shape(nodes: list[str], clients: list[str], rng: random.Random) -> Cut:
+        # asked at each start: the primary may have moved since the last fault
+        return grudge.with_clients(grudge.primaries(db.primaries())(nodes, rng), clients, rng)
 
-    return Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
-                     hold_s=ctx.spec.nemesis_interval, name="partition-primary", sides=sides)
+    return _make(ctx, "partition-primary", shape)

@@ -1,4 +1,18 @@
-"""Runs the nemeses on a schedule, records each fault, and always heals at the end."""
+"""Runs the nemeses on a schedule, records each fault, and always heals at the end.
+
+Every `interval` of quiet, a fault group starts; each fault in it is stopped when its
+own `hold_s` has passed (`--nemesis-duration`, or `--restart-delay-ms` for a kill,
+`--pause-ms` for a client pause), and the next quiet interval begins when all are
+stopped. Two modes (`--nemesis-mode`):
+
+* `one` (the default): the group is one of the listed faults, picked at random, so
+  every violation falls in the window of a single fault and can be blamed on it.
+* `all`: the group is every listed fault, started in the order given, as Jepsen's
+  composed packages overlap their faults. Some findings need two faults at once:
+  a Redlock client cut from some masters (`partition-clients`) while another master's
+  clock jumps (`clock-bump`) is Kleppmann's scenario B. Faults that share a mechanism
+  are still safe together: they stop together and every heal removes all of its kind.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +31,16 @@ Record = Callable[[str, str, Any], None]  # (type, f, value)
 
 
 class NemesisSchedule(threading.Thread):
-    """quiet `interval` -> start a random fault -> hold it `nem.hold_s` -> stop -> repeat."""
+    """quiet `interval` -> start a fault group -> stop each after its `hold_s` -> repeat."""
 
     def __init__(self, nemeses: Sequence[Nemesis], *, interval: float, until: float,
-                 rng: random.Random, record: Record) -> None:
+                 rng: random.Random, record: Record, mode: str = "one") -> None:
         super().__init__(name="nemesis", daemon=True)
         self.nemeses = list(nemeses)
-        self.interval, self.until = interval, until
+        self.interval, self.until, self.mode = interval, until, mode
         self.rng, self.record = rng, record
         self.stop_event = threading.Event()
-        self.active: Nemesis | None = None
-        self.active_value: dict[str, Any] = {}
+        self.active: list[tuple[Nemesis, dict[str, Any]]] = []  # in start order
         self.faults = 0
         self.error: BaseException | None = None
         self.heal_errors: list[str] = []
@@ -39,56 +52,82 @@ class NemesisSchedule(threading.Thread):
         return not self.stop_event.wait(max(0.0, end - time.monotonic())) and \
             time.monotonic() < self.until
 
+    def group(self) -> list[Nemesis]:
+        if self.mode == "all":
+            return list(self.nemeses)
+        return [self.rng.choice(self.nemeses)]
+
     def run(self) -> None:
         try:
             while self.nemeses and self._sleep(self.interval):
-                nem = self.rng.choice(self.nemeses)
-                if time.monotonic() + nem.hold_s > self.until:
-                    break  # it could not end before the quiet phase: don't start it
-                with self.lock:
-                    if self.stop_event.is_set():
+                due: list[tuple[float, int, Nemesis]] = []
+                # a fault that could not end before the quiet phase is not started
+                fits = [n for n in self.group() if time.monotonic() + n.hold_s <= self.until]
+                if not fits:
+                    break
+                for i, nem in enumerate(fits):
+                    if not self.start_one(nem):
                         break
-                    self.record("invoke", nem.start_f, None)
-                    self.active = nem
-                    try:
-                        value = nem.start(self.rng)
-                    except BaseException as e:
-                        # a fault that failed half-way is still on record, then healed
-                        self.record("info", nem.start_f, {"fault": nem.name,
-                                                          "error": f"{type(e).__name__}: {e}"})
-                        raise
-                    self.active_value = value
-                    self.faults += 1
-                    self.record("info", nem.start_f, value)
-                self._sleep(nem.hold_s)
+                    due.append((time.monotonic() + nem.hold_s, -i, nem))
+                # each fault ends after its own hold; at the same time, the last started
+                # ends first
+                for at, _, nem in sorted(due, key=lambda d: (d[0], d[1])):
+                    if not self._sleep(at - time.monotonic()):
+                        break
+                    self.stop_one(nem)
                 self.stop_active()
         except BaseException as e:  # surfaced by the runner; heal still runs
             log.exception("nemesis failed")
             self.error = e
 
-    def describe_active(self) -> tuple[str, ...]:
-        nem, v = self.active, self.active_value
-        if nem is None:
-            return ()
-        targets = v.get("targets") if isinstance(v, dict) else None
-        return (f"{nem.name} {','.join(map(str, targets))}" if targets else nem.name,)
-
-    def stop_active(self) -> None:
+    def start_one(self, nem: Nemesis) -> bool:
+        """Start a fault and record it; False if the schedule is stopping."""
         with self.lock:
-            nem, self.active = self.active, None
-            if nem is None:
+            if self.stop_event.is_set():
+                return False
+            self.record("invoke", nem.start_f, None)
+            try:
+                value = nem.start(self.rng)
+            except BaseException as e:
+                # a fault that failed half-way is still on record, then healed
+                self.record("info", nem.start_f, {"fault": nem.name, "targets": [],
+                                                  "error": f"{type(e).__name__}: {e}"})
+                self.active.append((nem, {}))
+                raise
+            self.active.append((nem, value))
+            self.faults += 1
+            self.record("info", nem.start_f, value)
+            return True
+
+    def describe_active(self) -> tuple[str, ...]:
+        out = []
+        for nem, v in list(self.active):
+            targets = v.get("targets") if isinstance(v, dict) else None
+            out.append(f"{nem.name} {','.join(map(str, targets))}" if targets else nem.name)
+        return tuple(out)
+
+    def stop_one(self, nem: Nemesis) -> None:
+        with self.lock:
+            if not any(n is nem for n, _ in self.active):
                 return
+            self.active = [(n, v) for n, v in self.active if n is not nem]
             self.record("invoke", nem.stop_f, None)
             try:
                 value = nem.stop()
             except Exception as e:
-                value = {"fault": nem.name, "error": f"{type(e).__name__}: {e}"}
-                self.heal_errors.append(f"{nem.name}: {e}")
+                value = {"fault": nem.name, "targets": [],
+                         "error": f"{type(e).__name__}: {e}"}
+                self.heal_errors.append(f"stopping {nem.name} failed: {e}")
                 log.exception("stopping %s failed", nem.name)
             self.record("info", nem.stop_f, value)
 
+    def stop_active(self) -> None:
+        """Stop every active fault, the last started first."""
+        for nem, _ in reversed(list(self.active)):
+            self.stop_one(nem)
+
     def finish(self) -> list[str]:
-        """Stop scheduling, end the active fault, heal everything; return what failed
+        """Stop scheduling, end the active faults, heal everything; return what failed
         in this call (it may be called again: every heal is idempotent)."""
         before = len(self.heal_errors)
         self.stop_event.set()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 
@@ -49,12 +50,23 @@ class LiveStats:
                 elif t == "fail":
                     self.saves += 1
 
+    def count(self, by_type: Mapping[str, int]) -> None:
+        """Ops seen only by their type, a batch at a time: most of them (the intake
+        reads whole only the events and writes that `observe` looks into)."""
+        with self.lock:
+            for t, n in by_type.items():
+                self.ops += n
+                self.by_type[t] = self.by_type.get(t, 0) + n
+
     def _close(self, key: str, p: Any, start: int, end: int) -> None:
+        # kept sorted by end, so only the few that end after this one began are looked
+        # at (a scan of all of them, on every exit, was most of the intake's cost)
         recent = self.closed.setdefault(key, [])
-        self.overlaps += sum(1 for s, e, q in recent if q != p and max(s, start) < min(e, end))
-        recent.append((start, end, p))
+        later = bisect.bisect_right(recent, start, key=lambda c: c[1])
+        self.overlaps += sum(1 for s, e, q in recent[later:] if q != p and s < end)
+        bisect.insort(recent, (start, end, p), key=lambda c: c[1])
         if len(recent) > self.RECENT:
-            del recent[0]
+            del recent[0]  # the one that ended first
 
     @property
     def violations(self) -> int:

@@ -28,6 +28,16 @@ WORKLOADS: dict[str, Workload] = {
             checkers=_LOCK_CHECKERS, verdict="fenced",
         ),
         Workload(
+            name="lock-set",
+            description="Jepsen's etcd lock-set: inside the section read a set from a "
+                        "store the lock does not fence, hold for --hold-ms, write it back "
+                        "with one element added; every acknowledged add must survive",
+            body="lockcheck.workloads.lock_set:body",
+            resource="lockcheck.workloads.set_store:start_store",
+            resource_client="lockcheck.workloads.set_store:SetClient",
+            checkers=(*_LOCK_CHECKERS, "lock-set"), verdict="lock-set",
+        ),
+        Workload(
             name="settlement",
             description="the brief's payments case: a lock per merchant-day, a PostgreSQL "
                         "settlements table; each merchant-day must be settled exactly once. "

@@ -10,9 +10,6 @@ partition never cuts a client from the resource).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import socketserver
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +18,7 @@ from typing import Any, TextIO
 
 from lockcheck.results.store import RESOURCE
 from lockcheck.workloads.api import ResourceContext
+from lockcheck.workloads.unix_rpc import JsonLineClient, LoggedStore
 
 
 @dataclass
@@ -57,88 +55,28 @@ class ResourceState:
             return rec
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self) -> None:
-        state: ResourceState = self.server.state  # type: ignore[attr-defined]
-        for line in self.rfile:
-            try:
-                req = json.loads(line)
-                rec = state.write(str(req["key"]), req.get("fence"), req.get("process"))
-            except (ValueError, KeyError) as e:
-                rec = {"error": str(e)}
-            self.wfile.write((json.dumps(rec) + "\n").encode())
-            self.wfile.flush()
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-
-class ResourceServer:
+class ResourceServer(LoggedStore):
     """Runs in the controller for the length of a test."""
 
+    state: ResourceState
+
     def __init__(self, socket_path: Path, log_path: Path, mode: str, t0_ns: int) -> None:
-        self.socket_path = socket_path
-        self.log_fh = log_path.open("a", encoding="utf-8")
+        super().__init__(socket_path, log_path, "resource")
         self.state = ResourceState(mode=mode, log=self.log_fh, t0_ns=t0_ns)
-        socket_path.unlink(missing_ok=True)
-        self.server = _Server(str(socket_path), _Handler)
-        self.server.state = self.state  # type: ignore[attr-defined]
-        os.chmod(socket_path, 0o600)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="resource",
-                                       daemon=True)
 
-    def start(self) -> ResourceServer:
-        self.thread.start()
-        return self
-
-    def worker_config(self) -> dict[str, Any]:
-        return {"socket": str(self.socket_path)}
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.socket_path.unlink(missing_ok=True)
-        with self.state.lock:
-            self.state.closed = True
-            self.log_fh.close()
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        return self.state.write(str(req["key"]), req.get("fence"), req.get("process"))
 
 
-class ResourceClient:
+class ResourceClient(JsonLineClient):
     """The worker's side: one blocking request per write."""
 
     def __init__(self, config: dict[str, Any] | str, timeout_s: float) -> None:
-        self.path = config["socket"] if isinstance(config, dict) else config
-        self.timeout = timeout_s
-        self.sock: socket.socket | None = None
-        self.buf = b""
+        super().__init__(config["socket"] if isinstance(config, dict) else config, timeout_s)
 
     def write(self, key: str, fence: int | None, process: Any) -> dict[str, Any]:
         """Raises OSError/TimeoutError when the outcome is unknown."""
-        if self.sock is None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(self.timeout)
-            self.sock.connect(self.path)
-        try:
-            self.sock.sendall((json.dumps({"key": key, "fence": fence, "process": process})
-                               + "\n").encode())
-            while b"\n" not in self.buf:
-                chunk = self.sock.recv(4096)
-                if not chunk:
-                    raise ConnectionError("resource closed the connection")
-                self.buf += chunk
-        except OSError:
-            self.close()
-            raise
-        line, self.buf = self.buf.split(b"\n", 1)
-        result: dict[str, Any] = json.loads(line)
-        return result
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-            self.buf = b""
+        return self.call({"key": key, "fence": fence, "process": process})
 
 
 def start_resource(ctx: ResourceContext) -> ResourceServer:

@@ -23,12 +23,13 @@ import contextlib
 import json
 import os
 import random
+import select
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import IO, Any, SupportsIndex
 
 from lockcheck.locks.api import (
     ClientOptions,
@@ -39,6 +40,7 @@ from lockcheck.locks.api import (
     NotOwner,
 )
 from lockcheck.workloads.api import Outcome, Reason
+from lockcheck.workloads.hold import sampler
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class WorkerConfig:
     recovery_keys: list[str] | None = None  # what `recover` takes (default: every key)
     key_params: dict[str, Any] = field(default_factory=dict)  # the workload's KeyPlan
     options: dict[str, Any] = field(default_factory=dict)
+    hold_dist: str | None = None  # a long-tail law (workloads/hold.py); None: uniform
+    # recording on and off in turns of this many seconds (benchmarks/bench_overhead.py)
+    record_phase_s: float | None = None
+    # send every op the moment it is recorded (a fault acts on them as they arrive)
+    prompt: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -75,37 +82,136 @@ class WorkerConfig:
 
 
 class Recorder:
-    """Writes ops as JSON lines. A lock, because a client library's own thread may log."""
+    """Writes ops as JSON lines. A lock, because a client library's own thread may log.
 
-    def __init__(self, out: IO[str], t0_ns: int, worker: int) -> None:
+    Lines go out before every sleep (`flush`) and at the start of a round (the `invoke`
+    of an acquire) if a millisecond has passed since they last went; with `prompt` (a
+    fault acts on ops as they arrive: client-pause), with every `invoke`, so that no
+    line waits in a buffer while the worker waits for the service. Back-to-back rounds
+    of acquire, section and release then cost a write to the pipe every millisecond or
+    so instead of six per round (docs/benchmarks.md). A worker killed mid-run loses at
+    most its last millisecond or round: what is recorded is always a prefix of what it
+    did, so what was lost reads as ops cut off (`info`), never as ok.
+
+    The layout is fixed, `{"time": T, "process": P, "type": "t", "f": "f", "key": ...,
+    "value": ..., ["error": ...,] "worker": W}`, so that the controller can copy a line
+    without decoding it (`lockcheck/intake.py`); only key, value and error go through
+    the JSON encoder."""
+
+    def __init__(self, out: IO[str], t0_ns: int, worker: int, prompt: bool = True) -> None:
         self.out = out
         self.t0 = t0_ns
         self.worker = worker
+        self.prompt = prompt
         self.lock = threading.Lock()
         self.broken = False
+        self.flushed_ns = 0
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
-        d: dict[str, Any] = {"time": time.monotonic_ns() - self.t0, "process": process,
-                             "type": type_, "f": f, "key": key, "value": value}
-        if error is not None:
-            d["error"] = error
-        d["worker"] = self.worker
-        line = json.dumps(d) + "\n"
+        t = time.monotonic_ns() - self.t0
+        p = process if type(process) is int else _dumps(process)
+        k = "null" if key is None else _string(key)
+        err = "" if error is None else f', "error": {_string(error)}'
+        v = value if type(value) is Encoded else _dumps(value)
+        line = (f'{{"time": {t}, "process": {p}, "type": "{type_}", "f": "{f}", "key": {k}, '
+                f'"value": {v}{err}, "worker": {self.worker}}}\n')
         with self.lock:
             try:
                 self.out.write(line)
-                self.out.flush()
+                if type_ == "invoke" and (self.prompt or (
+                        f == "acquire" and t - self.flushed_ns >= ROUND_FLUSH_NS)):
+                    self.out.flush()
+                    self.flushed_ns = t
             except (BrokenPipeError, ValueError, OSError):
                 self.broken = True  # the controller is gone: stop
+
+    def flush(self) -> None:
+        """Before the worker waits: everything recorded goes out."""
+        with self.lock:
+            try:
+                self.out.flush()
+                self.flushed_ns = time.monotonic_ns() - self.t0
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken = True
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """json's own C encoder, made once: `json.dumps` makes one per call, and that was
+    most of what it cost a worker per op (docs/benchmarks.md). The same output."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the plain way
+        return json.JSONEncoder().encode
+
+    def refuse(o: Any) -> Any:
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    it = make(None, refuse, json.encoder.encode_basestring_ascii, None, ": ", ", ", False,
+              False, True)
+    return lambda v: "".join(it(v, 0))
+
+
+_dumps = _json_encoder()
+_string = json.encoder.encode_basestring_ascii
+
+
+class Encoded(str):
+    """A value already in JSON: the Recorder writes it as it is (a lease's value is
+    recorded four or five times a round; it is encoded once)."""
+
+
+ROUND_FLUSH_NS = 1_000_000  # without `prompt`: lines go out at least this often
+
+
+class AlternatingRecorder(Recorder):
+    """What recording costs, measured in one run (benchmarks/bench_overhead.py): the
+    same worker records in turns of `phase_s` from the start mark, off first. While
+    off, an op costs a clock read and a count: ok acquires per 100 ms, written to
+    stderr (the worker's log) when it exits."""
+
+    BUCKET_NS = 100_000_000
+
+    def __init__(self, out: IO[str], t0_ns: int, worker: int, phase_s: float) -> None:
+        super().__init__(out, t0_ns, worker, prompt=False)
+        self.phase_ns = int(phase_s * 1e9)
+        self.acquires: dict[int, int] = {}  # 100 ms bucket since t0 -> ok acquires, off
+        self.busy: dict[int, int] = {}  # the same for acquires refused (the lock was held)
+
+    def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
+                 error: str | None = None) -> None:
+        since = time.monotonic_ns() - self.t0
+        if since // self.phase_ns % 2:
+            super().__call__(process, type_, f, key, value, error)
+        elif f == "acquire" and type_ in ("ok", "fail"):
+            counts = self.acquires if type_ == "ok" else self.busy
+            b = since // self.BUCKET_NS
+            counts[b] = counts.get(b, 0) + 1
+
+    def summary(self) -> str:
+        return json.dumps({"worker": self.worker, "unrecorded_acquires": self.acquires,
+                           "unrecorded_busy": self.busy})
+
+
+class LeaseValues:
+    """`{"fence": N, "lease": L, ...extra}` for the history, each lease encoded once."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, str] = {}  # token -> JSON, the last few leases
+
+    def __call__(self, lease: Lease, **extra: Any) -> Encoded:
+        base = self.cache.get(lease.token)
+        if base is None:
+            if len(self.cache) > 16:
+                self.cache.clear()
+            base = self.cache[lease.token] = _dumps({"fence": lease.fence,
+                                                     "lease": lease.token})
+        if not extra:
+            return Encoded(base)
+        return Encoded(f"{base[:-1]}, {_dumps(extra)[1:]}")
 
 
 # which lock the worker takes next (a workload's scheduler); may record ops of its own
 Picker = Callable[["Worker"], str]
-
-
-def _lease_value(lease: Lease, **extra: Any) -> dict[str, Any]:
-    return {"fence": lease.fence, "lease": lease.token, **extra}
 
 
 def recorded(rec: Recorder, process: int, f: str, key: str | None,
@@ -137,8 +243,7 @@ class CriticalSection:
         self.retired = False  # an op's outcome is unknown: the worker must retire
 
     def hold_time(self) -> float:
-        lo, hi = self.worker.cfg.hold_ms
-        return self.worker.rng.uniform(lo, hi) / 1000.0
+        return self.worker.draw_hold(self.worker.rng) / 1000.0
 
     def believes(self) -> Reason:
         if self.retired:
@@ -168,6 +273,7 @@ class CriticalSection:
                 continue
             # wake before the lease clock runs out, to notice it promptly
             wake = min(end, self.next_renew, self.lease.valid_until_ns)
+            self.worker.rec.flush()
             time.sleep(max(0.0, min((wake - now) / 1e9, 0.01)))
 
     def _told_lost(self) -> Reason:
@@ -179,21 +285,21 @@ class CriticalSection:
         w, lease = self.worker, self.lease
         p, key = w.process, self.key
         self.next_renew = time.monotonic_ns() + self.interval_ns
-        w.rec(p, "invoke", "renew", key, _lease_value(lease, ttl_ms=lease.ttl_ms))
+        w.rec(p, "invoke", "renew", key, w.lease_value(lease, ttl_ms=lease.ttl_ms))
         try:
             self.client.renew(lease)
         except NotOwner:
             lease.lost = True
-            w.rec(p, "fail", "renew", key, _lease_value(lease), "not-owner")
+            w.rec(p, "fail", "renew", key, w.lease_value(lease), "not-owner")
             return "not-owner"
         except Definite as e:
-            w.rec(p, "fail", "renew", key, _lease_value(lease), str(e))
+            w.rec(p, "fail", "renew", key, w.lease_value(lease), str(e))
         except Indefinite as e:
-            w.rec(p, "info", "renew", key, _lease_value(lease), str(e))
+            w.rec(p, "info", "renew", key, w.lease_value(lease), str(e))
             self.retired = True
             return "indefinite"
         else:
-            w.rec(p, "ok", "renew", key, _lease_value(lease))
+            w.rec(p, "ok", "renew", key, w.lease_value(lease))
         return None
 
     def call(self, f: str, value: Mapping[str, Any],
@@ -214,12 +320,16 @@ class Worker:
         self.rng = random.Random(cfg.seed * 1_000_003 + cfg.worker)
         self.process = cfg.worker
         self.stopping = threading.Event()
+        self.draw_hold = sampler(cfg.hold_ms, cfg.hold_dist)
+        self.lease_value = LeaseValues()
+        self.acquire_value = Encoded(_dumps({"ttl_ms": cfg.ttl_ms}))
 
     def retire(self) -> None:
         self.process += self.cfg.process_stride
 
     def backoff(self) -> None:
         lo, hi = self.cfg.backoff_ms
+        self.rec.flush()
         self.stopping.wait(self.rng.uniform(lo, hi) / 1000.0)
 
     def next_key(self) -> str:
@@ -248,9 +358,9 @@ class Worker:
                     break
 
     def acquire(self, key: str) -> Lease | None:
-        cfg, rec, client = self.cfg, self.rec, self.clients[key]
+        rec, client = self.rec, self.clients[key]
         p = self.process
-        rec(p, "invoke", "acquire", key, {"ttl_ms": cfg.ttl_ms})
+        rec(p, "invoke", "acquire", key, self.acquire_value)
         try:
             lease = client.acquire(key)
         except Definite as e:
@@ -263,7 +373,7 @@ class Worker:
         if lease is None:
             rec(p, "fail", "acquire", key, None, "busy")
             return None
-        rec(p, "ok", "acquire", key, _lease_value(lease))
+        rec(p, "ok", "acquire", key, self.lease_value(lease))
         return lease
 
     def one_round(self, key: str,
@@ -275,7 +385,7 @@ class Worker:
             return False
         client, rec = self.clients[key], self.rec
         p = self.process
-        rec(p, "event", "enter", key, _lease_value(lease))
+        rec(p, "event", "enter", key, self.lease_value(lease))
         section = CriticalSection(self, client, lease)
         try:
             reason = (body or self.body)(section)
@@ -283,7 +393,7 @@ class Worker:
             print(f"worker {self.cfg.worker}: body failed: {type(e).__name__}: {e}",
                   file=sys.stderr)
             reason = "error"
-        rec(p, "event", "exit", key, _lease_value(lease, reason=reason or "done"))
+        rec(p, "event", "exit", key, self.lease_value(lease, reason=reason or "done"))
         if section.retired:
             self.retire()
         self.release(client, lease)
@@ -291,18 +401,18 @@ class Worker:
 
     def release(self, client: LockClient, lease: Lease) -> None:
         p, key, rec = self.process, lease.key, self.rec
-        rec(p, "invoke", "release", key, _lease_value(lease))
+        rec(p, "invoke", "release", key, self.lease_value(lease))
         try:
             client.release(lease)
         except NotOwner:
-            rec(p, "fail", "release", key, _lease_value(lease), "not-owner")
+            rec(p, "fail", "release", key, self.lease_value(lease), "not-owner")
         except Definite as e:
-            rec(p, "fail", "release", key, _lease_value(lease), str(e))
+            rec(p, "fail", "release", key, self.lease_value(lease), str(e))
         except Indefinite as e:
-            rec(p, "info", "release", key, _lease_value(lease), str(e))
+            rec(p, "info", "release", key, self.lease_value(lease), str(e))
             self.retire()
         else:
-            rec(p, "ok", "release", key, _lease_value(lease))
+            rec(p, "ok", "release", key, self.lease_value(lease))
 
 
 def watch_stdin(worker: Worker) -> None:
@@ -322,12 +432,25 @@ def watch_stdin(worker: Worker) -> None:
     threading.Thread(target=orphan, daemon=True).start()
 
 
+def select_sleep(seconds: float | SupportsIndex) -> None:
+    """time.sleep without clock_nanosleep, which fails (EINVAL) under libfaketime with
+    the monotonic clock left true (cluster/faketime.py)."""
+    end = time.monotonic() + float(seconds)
+    while (left := end - time.monotonic()) > 0:
+        select.select([], [], [], left)
+
+
 def main(argv: list[str]) -> int:
     from lockcheck.backends import BACKENDS, load
+    from lockcheck.cluster.faketime import FAKED_ENV
     from lockcheck.workloads.registry import WORKLOADS
 
+    if os.environ.get(FAKED_ENV):  # before the client library is imported
+        time.sleep = select_sleep
     cfg = WorkerConfig.from_json(argv[0])
-    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker)
+    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker, cfg.prompt) \
+        if cfg.record_phase_s is None else \
+        AlternatingRecorder(sys.stdout, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
@@ -343,9 +466,12 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             w.recover() if cfg.mode == "recover" else w.run()
     finally:
+        rec.flush()
         for c in {id(c): c for c in clients.values()}.values():
             with contextlib.suppress(Exception):
                 c.close()
+        if isinstance(rec, AlternatingRecorder):
+            print(rec.summary(), file=sys.stderr, flush=True)
     return 0
 
 

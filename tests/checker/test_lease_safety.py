@@ -247,3 +247,30 @@ def test_an_empty_restart_is_caught() -> None:
     )
     assert check(ops)["valid"] is False
     assert check_safe("linearizable", check_linearizable, ops, CheckOptions())["valid"] is False
+
+
+def test_a_release_sent_by_the_next_process_id_ends_the_lease_it_names() -> None:
+    """After an `info` renew the worker retires (process 0 -> 6) and releases its lease
+    under the new id, naming it: the lease ends there, so the next grant is no violation.
+    Without the name, the release would be nobody's and the grant a false alarm."""
+    from lockcheck.checker.api import CheckOptions
+    from lockcheck.checker.lease_safety import check_lease_safety
+    from tests.checker.histories import H
+
+    def history(named: bool) -> list[Op]:
+        lease = {"lease": "L0"} if named else {}
+        return (H()
+                .op(0, "invoke", "acquire", "k", {"ttl_ms": 1000}, 10_000_000)
+                .op(0, "ok", "acquire", "k", {"fence": 1, **lease}, 11_000_000)
+                .op(0, "invoke", "renew", "k", {"fence": 1, "ttl_ms": 1000, **lease},
+                    100_000_000)
+                .op(0, "info", "renew", "k", {"fence": 1, **lease}, 150_000_000)
+                .op(6, "invoke", "release", "k", {"fence": 1, **lease}, 160_000_000, worker=0)
+                .op(6, "ok", "release", "k", {"fence": 1, **lease}, 161_000_000, worker=0)
+                .op(1, "invoke", "acquire", "k", {"ttl_ms": 1000}, 200_000_000)
+                .op(1, "ok", "acquire", "k", {"fence": 2, "lease": "L1"}, 201_000_000)
+                .ops())
+
+    opts = CheckOptions(ttl_ms=1000)
+    assert check_lease_safety(history(named=True), opts)["valid"] is True
+    assert check_lease_safety(history(named=False), opts)["valid"] is False

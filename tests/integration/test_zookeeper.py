@@ -1,0 +1,174 @@
+"""ZooKeeper findings, real ensembles in network namespaces, through the `lockcheck` command.
+
+The four runs start at once (module fixture) and several tests look at each:
+
+* `zookeeper-no-listener` under `client-pause` with long critical sections: the holder
+  is paused past its session timeout, its znode goes, another client is granted the
+  lock, and after SIGCONT the paused client carries on (kazoo's `is_acquired` is still
+  True) while the other one holds it;
+* the default `zookeeper` client, same run: it stops its critical section the moment
+  it resumes (its lease clock ran out, or SUSPENDED told it);
+* `zookeeper-no-listener` with the `fenced` workload: the stale holder's write carries a
+  lower czxid than the new holder's and the resource refuses it;
+* the default client under `partition`: the side without a quorum never grants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lockcheck.checker.intervals import Section, critical_sections
+from lockcheck.history import Op, pair_ops, read_history
+from tests.integration.test_redlock import run_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+TTL_NS = 1000 * 1_000_000  # the default --ttl-ms
+PAUSE_RUN = ("--nemesis", "client-pause", "--hold-ms", "5000-7000", "--time-limit", "12",
+             "--nemesis-interval", "0.5")
+RUNS: dict[str, tuple[str, ...]] = {
+    "no_listener_pause": ("--backend", "zookeeper-no-listener", *PAUSE_RUN),
+    "default_pause": ("--backend", "zookeeper", *PAUSE_RUN),
+    "no_listener_fenced": ("--backend", "zookeeper-no-listener", "--workload", "fenced",
+                           "--nemesis", "client-pause", "--pause-ms", "3000",
+                           "--time-limit", "12", "--nemesis-interval", "0.5"),
+    "default_partition": ("--backend", "zookeeper", "--nemesis", "partition",
+                          "--time-limit", "12", "--nemesis-interval", "2.5"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    """Every run of this module, started at once (each has its own cluster); afterwards
+    nothing of them may be left."""
+    yield from run_all(module_cli, RUNS)
+
+
+def ops_of(r: Any) -> list[Op]:
+    return read_history(r.run_dir / "history.jsonl")
+
+
+@pytest.fixture(scope="module")
+def pauses(runs: dict[str, Any]) -> dict[str, list[tuple[Op, Op, Section]]]:
+    """Per run: (pause op, resume op, the paused holder's critical section)."""
+    out = {}
+    for name in ("no_listener_pause", "default_pause", "no_listener_fenced"):
+        ops = ops_of(runs[name])
+        nem = [o for o in ops if o.process == "nemesis" and o.type == "info"]
+        starts = [o for o in nem if o.f == "pause-client" and "skipped" not in o.value]
+        stops = [o for o in nem if o.f == "resume-client"]
+        sections = critical_sections(ops)
+        found = []
+        for start in starts:
+            stop = next(o for o in stops if o.time > start.time)
+            victim = next(s for s in sections if s.process == start.value["process"]
+                          and s.key == start.value["key"] and s.start <= start.time <= s.end)
+            found.append((start, stop, victim))
+        out[name] = found
+    return out
+
+
+def unexplained_lease_violations(r: Any, ops: list[Op]) -> list[dict[str, Any]]:
+    """lease-safety violations other than the known interim gap of the checkers: after
+    an `info` inside a critical section the worker releases the lease under its next
+    process id, which lease-safety does not yet count as the holder giving it up.
+    A violation whose holder's lease (same key, same fence: czxids are unique) was
+    released that way before the grant is that gap, not the service's doing."""
+    ls = r.results()["checkers"]["lease-safety"]
+    assert ls["violation_count"] == len(ls["violations"])  # none left unreported
+    releases = [p.invoke for p in pair_ops(ops) if p.invoke.f == "release"]
+    return [v for v in ls["violations"]
+            if not any(o.key == v["key"] and o.fence == v["holder"]["fence"]
+                       and o.process != v["holder"]["process"]
+                       and o.time < v["granted"]["ok_ns"] for o in releases)]
+
+
+def others_during(sections: list[Section], victim: Section, start: int, end: int
+                  ) -> Iterator[Section]:
+    """Sections of other processes on the victim's key that overlap [start, end]."""
+    for s in sections:
+        if (s.key == victim.key and s.process != victim.process
+                and s.start < end and s.end > start):
+            yield s
+
+
+def test_no_listener_client_keeps_working_after_resume_while_another_holds(
+        runs: dict[str, Any], pauses: dict[str, list[tuple[Op, Op, Section]]]) -> None:
+    """Finding `zookeeper-no-listener` (docs/findings.md): after the resume its critical
+    section goes on, and another client holds the same lock at the same time."""
+    r = runs["no_listener_pause"]
+    sections = critical_sections(ops_of(r))
+    stale = []
+    for _start, stop, victim in pauses["no_listener_pause"]:
+        if victim.end - stop.time > 300_000_000:  # still working 0.3 s after SIGCONT
+            rivals = list(others_during(sections, victim, stop.time, victim.end))
+            if rivals:
+                stale.append((victim, rivals))
+    assert stale, [(v.process, v.key, v.end - s.time) for _, s, v in
+                   pauses["no_listener_pause"]]
+    for victim, _ in stale:
+        assert victim.exit_reason == "done"  # it never learned it had lost the lock
+    res = r.results()
+    me = res["checkers"]["mutual-exclusion"]
+    assert me["valid"] is False
+    assert r.code == 1
+
+
+def test_default_client_stops_its_section_when_it_resumes(
+        runs: dict[str, Any], pauses: dict[str, list[tuple[Op, Op, Section]]]) -> None:
+    r = runs["default_pause"]
+    sections = critical_sections(ops_of(r))
+    long_pauses = [(a, b, v) for a, b, v in pauses["default_pause"]
+                   if b.time - a.time >= TTL_NS]
+    assert long_pauses, "no pause lasted a session timeout"
+    taken_over = 0
+    for start, stop, victim in long_pauses:
+        assert victim.exit_reason in ("lease-expired", "not-owner"), victim
+        assert victim.end - stop.time < 500_000_000, (victim.end - stop.time) / 1e9
+        taken_over += any(others_during(sections, victim, start.time, stop.time))
+    assert taken_over, "no other client was granted a paused holder's lock"
+    # the overlap is the pause itself; the service granted nothing early
+    assert unexplained_lease_violations(r, ops_of(r)) == []
+
+
+def test_czxid_fences_refuse_the_stale_writer(runs: dict[str, Any]) -> None:
+    r = runs["no_listener_fenced"]
+    assert r.code == 0, r.explain()
+    res = r.results()
+    fe = res["checkers"]["fencing"]
+    assert fe["resource_valid"] is True
+    assert fe["stale_accepted_count"] == 0 and fe["interleaved_count"] == 0
+    assert fe["saves_stale_holder"] > 0, fe
+    assert fe["duplicate_fence_count"] == 0 and fe["regression_count"] == 0
+    assert res["checkers"]["mutual-exclusion"]["valid"] is False  # the lock itself failed
+    assert res["summary"].startswith("resource safe")
+
+
+def test_the_minority_side_of_a_partition_never_grants(runs: dict[str, Any]) -> None:
+    """ZooKeeper's quorum: a client that can reach only a minority of the ensemble gets
+    no lock while the partition lasts, and no lease is granted twice."""
+    r = runs["default_partition"]
+    res = r.results()
+    ops = ops_of(r)
+    assert unexplained_lease_violations(r, ops) == []
+    nem = [o for o in ops if o.process == "nemesis"]
+    starts = [o for o in nem if o.f == "start-partition" and o.type == "info"]
+    assert starts, "no partition was started"
+    acquires = [(p.invoke, p.complete) for p in pair_ops(ops)
+                if p.invoke.f == "acquire" and p.complete is not None]
+    tried = 0
+    for start in starts:
+        heal = next(o for o in nem if o.f == "stop-partition" and o.time > start.time)
+        a, b = start.value["sides"]
+        minority = min(a, b, key=lambda side: sum(h.startswith("n") for h in side))
+        workers = {int(h[1:]) for h in minority if h.startswith("c")}
+        # sent after every drop rule was in place, answered before the heal began
+        inside = [(i, c) for i, c in acquires if i.worker in workers
+                  and i.time > start.time and c.time < heal.time]
+        tried += len(inside)
+        assert not [i for i, c in inside if c.type == "ok"], start.value
+    assert tried > 0, "no client on a minority side tried to take a lock"
+    assert res["recovery"]["valid"] is True

@@ -1,0 +1,125 @@
+"""The intake on real pipes: workers' lines reach the history whole, indexed, in each
+worker's order, however the pipe cuts them; a line not in the Recorder's layout is
+dropped and counted; observers see the ops they want whole; the history is on disk
+as lines arrive, not at the end."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockcheck.history import HistoryWriter, read_history
+from lockcheck.intake import Intake, in_layout
+from lockcheck.workloads.worker import Recorder
+
+
+def recorded(worker: int, n: int) -> bytes:
+    buf = io.StringIO()
+    rec = Recorder(buf, 0, worker)
+    for i in range(n):
+        lease = {"fence": i, "lease": f"w{worker}-{i}"}
+        rec(worker, "invoke", "acquire", "k0", {"ttl_ms": 100})
+        rec(worker, "ok", "acquire", "k0", lease)
+        rec(worker, "event", "enter", "k0", lease)
+        rec(worker, "event", "exit", "k0", {**lease, "reason": "done"})
+    return buf.getvalue().encode()
+
+
+def setup(tmp_path: Path) -> tuple[Intake, HistoryWriter, list[dict[str, Any]]]:
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    seen: list[dict[str, Any]] = []
+    intake = Intake(writer, [seen.append], wants=lambda line: '"type": "event"' in line)
+    intake.start()
+    return intake, writer, seen
+
+
+def feed(data: bytes, cuts: list[int]) -> tuple[int, threading.Thread]:
+    """A pipe that gets `data` in pieces cut at `cuts`; returns its read end."""
+    r, w = os.pipe()
+
+    def write() -> None:
+        last = 0
+        for c in [*sorted(cuts), len(data)]:
+            os.write(w, data[last:c])
+            last = c
+            time.sleep(0.001)
+        os.close(w)
+
+    t = threading.Thread(target=write)
+    t.start()
+    return r, t
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 2000), max_size=12), st.integers(1, 3))
+def test_lines_survive_any_cut_and_keep_each_workers_order(tmp_path_factory: Any,
+                                                           cuts: list[int],
+                                                           workers: int) -> None:
+    tmp = tmp_path_factory.mktemp("intake")
+    intake, writer, seen = setup(tmp)
+    threads, sources = [], []
+    for w in range(workers):
+        data = recorded(w, 20)
+        fd, t = feed(data, [c % len(data) for c in cuts])
+        sources.append(intake.add(f"w{w}", os.fdopen(fd, "rb")))
+        threads.append(t)
+    for t in threads:
+        t.join()
+    assert all(s.wait_ended(5) for s in sources)
+    intake.close()
+    writer.close()
+    ops = read_history(tmp / "history.jsonl")
+    assert [o.index for o in ops] == list(range(len(ops)))
+    assert len(ops) == workers * 80 and all(s.bad_lines == 0 for s in sources)
+    events = [o for o in ops if o.type == "event"]
+    assert seen == [o.to_json() for o in events], "events whole, with their index"
+    for w in range(workers):
+        mine = [o for o in ops if o.worker == w]
+        assert [o.value["fence"] for o in mine if o.f == "acquire" and o.type == "ok"] == \
+            list(range(20))
+
+
+def test_a_line_out_of_layout_is_dropped_and_counted(tmp_path: Path) -> None:
+    intake, writer, seen = setup(tmp_path)
+    good = recorded(0, 1)
+    junk = b'hello from a library that printed to stdout\n{"not": "ours"}\n'
+    fd, t = feed(good + junk + good + b'{"time": 5, "process": 0, "ty', [])
+    src = intake.add("w0", os.fdopen(fd, "rb"))
+    t.join()
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+    assert src.bad_lines == 3  # two junk lines, and the last one cut off mid-line
+    ops = read_history(tmp_path / "history.jsonl")
+    assert len(ops) == 8 and len(seen) == 4
+
+
+def test_lines_are_on_disk_as_they_arrive(tmp_path: Path) -> None:
+    intake, writer, _ = setup(tmp_path)
+    r, w = os.pipe()
+    src = intake.add("w0", os.fdopen(r, "rb"))
+    os.write(w, recorded(0, 1))
+    deadline = time.monotonic() + 5
+    while len((tmp_path / "history.jsonl").read_text().splitlines()) < 4:
+        assert time.monotonic() < deadline, "the lines never reached the file"
+        time.sleep(0.005)
+    os.close(w)
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+
+
+def test_only_whole_lines_in_the_recorder_layout_are_taken() -> None:
+    line = recorded(3, 1).decode().splitlines(keepends=True)[1]
+    assert in_layout(line) and json.loads(line)["worker"] == 3
+    assert not in_layout(line.rstrip("\n"))  # not complete
+    assert not in_layout('{"index": 1, "time": 1}\n')
+    assert not in_layout("hello\n")

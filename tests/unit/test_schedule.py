@@ -1,0 +1,123 @@
+"""The nemesis schedule with scripted faults: one at a time or all together, each held
+for its own duration, every start and stop on record with fault and targets, and every
+failed stop or heal collected (for results.json and the screen), never dropped."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockcheck.nemesis.schedule import NemesisSchedule
+
+
+@dataclass
+class Scripted:
+    name: str
+    hold_s: float
+    log: list[tuple[str, str, float]]
+    fail_stop: bool = False
+    fail_heal: bool = False
+    start_f: str = ""
+    stop_f: str = ""
+    heals: int = 0
+    on: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        self.start_f, self.stop_f = f"start-{self.name}", f"stop-{self.name}"
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        self.on = True
+        self.log.append(("start", self.name, time.monotonic()))
+        return {"fault": self.name, "targets": [f"n-{self.name}"]}
+
+    def stop(self) -> dict[str, Any]:
+        self.log.append(("stop", self.name, time.monotonic()))
+        if self.fail_stop:
+            raise OSError("iptables: table busy")
+        self.on = False
+        return {"fault": self.name, "targets": [f"n-{self.name}"]}
+
+    def heal(self) -> None:
+        self.heals += 1
+        if self.fail_heal:
+            raise OSError("still stuck")
+        self.on = False
+
+
+def schedule(nems: list[Scripted], *, interval: float, run_s: float,
+             mode: str) -> tuple[NemesisSchedule, list[tuple[str, str, Any]]]:
+    records: list[tuple[str, str, Any]] = []
+    s = NemesisSchedule(nems, interval=interval, until=time.monotonic() + run_s,
+                        rng=random.Random(0), mode=mode,
+                        record=lambda t, f, v: records.append((t, f, v)))
+    return s, records
+
+
+def test_one_mode_runs_one_fault_at_a_time() -> None:
+    log: list[tuple[str, str, float]] = []
+    nems = [Scripted("a", 0.05, log), Scripted("b", 0.05, log)]
+    s, records = schedule(nems, interval=0.02, run_s=0.6, mode="one")
+    s.start()
+    s.join(timeout=5)
+    assert s.finish() == []
+    active: set[str] = set()
+    for kind, name, _ in log:
+        if kind == "start":
+            assert not active, f"{name} started while {active} was on"
+            active.add(name)
+        else:
+            active.discard(name)
+    assert {n for _, n, _ in log} == {"a", "b"}, "both faults were picked"
+    assert s.faults >= 4
+    infos = [v for t, _, v in records if t == "info"]
+    assert all(v["fault"] in ("a", "b") and v["targets"] for v in infos)
+
+
+def test_all_mode_overlaps_every_fault_each_for_its_own_duration() -> None:
+    log: list[tuple[str, str, float]] = []
+    short, long_ = Scripted("short", 0.05, log), Scripted("long", 0.3, log)
+    s, records = schedule([short, long_], interval=0.05, run_s=2.0, mode="all")
+    s.start()
+    time.sleep(0.2)
+    assert short.on is False and long_.on is True, "the short fault ended first"
+    assert [d.split()[0] for d in s.describe_active()] == ["long"]
+    s.finish()
+    starts = [(n, t) for k, n, t in log if k == "start"]
+    stops = {n: t for k, n, t in log if k == "stop"}
+    assert [n for n, _ in starts[:2]] == ["short", "long"], "started in the order given"
+    t_short = stops["short"] - starts[0][1]
+    assert 0.04 <= t_short < 0.25, t_short
+    assert [f for t, f, _ in records[:4]] == ["start-short", "start-short", "start-long",
+                                             "start-long"]
+
+
+def test_a_failed_stop_and_a_failed_heal_are_kept() -> None:
+    log: list[tuple[str, str, float]] = []
+    bad = Scripted("bad", 0.02, log, fail_stop=True, fail_heal=True)
+    s, records = schedule([bad], interval=0.02, run_s=0.2, mode="one")
+    s.start()
+    s.join(timeout=5)
+    errors = s.finish()
+    assert "heal of bad failed: still stuck" in errors
+    assert any(e.startswith("stopping bad failed: iptables: table busy")
+               for e in s.heal_errors), s.heal_errors
+    stop_infos = [v for t, f, v in records if t == "info" and f == "stop-bad"]
+    assert stop_infos and all("error" in v and v["fault"] == "bad" for v in stop_infos)
+    assert bad.heals >= 1
+
+
+def test_finish_stops_the_active_fault_and_heals_everything() -> None:
+    log: list[tuple[str, str, float]] = []
+    a, b = Scripted("a", 10.0, log), Scripted("b", 10.0, log)
+    s, records = schedule([a, b], interval=0.01, run_s=30, mode="all")
+    s.start()
+    time.sleep(0.1)
+    assert a.on and b.on
+    t = time.monotonic()
+    assert s.finish() == []
+    assert time.monotonic() - t < 2, "finish waits for no hold"
+    assert not a.on and not b.on and a.heals == b.heals == 1
+    assert [f for t_, f, _ in records if t_ == "info"][-2:] == ["stop-b", "stop-a"]
+    assert s.describe_active() == ()
