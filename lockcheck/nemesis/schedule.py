@@ -68,7 +68,10 @@ class NemesisSchedule(threading.Thread):
                 for i, nem in enumerate(fits):
                     if not self.start_one(nem):
                         break
-                    due.append((time.monotonic() + nem.hold_s, -i, nem))
+                    # a fault that found nothing to do (no holder to pause) ends at once
+                    # rather than take a whole window from the faults that follow
+                    hold = 0.0 if self.active[-1][1].get("skipped") else nem.hold_s
+                    due.append((time.monotonic() + hold, -i, nem))
                 # each fault ends after its own hold; at the same time, the last started
                 # ends first
                 for at, _, nem in sorted(due, key=lambda d: (d[0], d[1])):

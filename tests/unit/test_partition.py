@@ -20,6 +20,7 @@ class FakeHost:
     address: str
     blocked: list[tuple[str, float]] = field(default_factory=list)
     heals: int = 0
+    own_network: bool = True
 
     def block(self, sources: Sequence[str], probability: float = 1.0) -> None:
         self.blocked += [(s, probability) for s in sources]

@@ -4,6 +4,7 @@ failed stop or heal collected (for results.json and the screen), never dropped."
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from dataclasses import dataclass, field
@@ -121,3 +122,25 @@ def test_finish_stops_the_active_fault_and_heals_everything() -> None:
     assert not a.on and not b.on and a.heals == b.heals == 1
     assert [f for t_, f, _ in records if t_ == "info"][-2:] == ["stop-b", "stop-a"]
     assert s.describe_active() == ()
+
+
+@dataclass
+class FindsNothing(Scripted):
+    """A client-pause with no holder to pause: it says so and does nothing."""
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        self.log.append(("start", self.name, time.monotonic()))
+        return {"fault": self.name, "targets": [], "skipped": "no client held a lock"}
+
+
+def test_a_fault_that_found_nothing_to_do_ends_at_once() -> None:
+    log: list[tuple[str, str, float]] = []
+    nem = FindsNothing("idle", 0.5, log)  # held 0.5 s if it had done something
+    s, _ = schedule([nem], interval=0.05, run_s=1.2, mode="one")
+    s.start()
+    s.join(timeout=5)
+    assert s.finish() == []
+    starts = [t for kind, _, t in log if kind == "start"]
+    # the next try comes one interval after the last, not a whole hold later
+    assert len(starts) >= 5, starts
+    assert all(b - a < 0.3 for a, b in itertools.pairwise(starts)), starts
