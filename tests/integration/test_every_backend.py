@@ -40,9 +40,17 @@ def test_a_clean_run_is_valid(cli: Any, backend: str) -> None:
     cli.assert_no_leftovers(None)
 
 
+# ZooKeeper 3.8.0 can wedge for good when its leader is cut off or paused for about its
+# syncLimit (2 s) and the followers rejoin it (docs/findings.md Z6: 1 run in 44 at
+# 1.5 s). That liveness bug of the server is a finding of its own; here faults last 3 s,
+# long enough for the followers to elect another leader first.
+TIMING = {"zookeeper": ("20", "3")}
+
+
 def test_every_fault_heals_and_the_service_serves_again(cli: Any, backend: str) -> None:
-    r = cli("test", "--backend", backend, "--nemesis", ",".join(FAULTS), "--time-limit", "16",
-            "--nemesis-interval", "1.5", "--quiet", "4", timeout=240)
+    time_limit, interval = TIMING.get(backend, ("16", "1.5"))
+    r = cli("test", "--backend", backend, "--nemesis", ",".join(FAULTS), "--time-limit",
+            time_limit, "--nemesis-interval", interval, "--quiet", "4", timeout=240)
     assert r.code in (0, 1), r.explain()  # a finding is fine; a crash or unknown is not
     res = r.results()
     assert "failure" not in res, res.get("failure")
