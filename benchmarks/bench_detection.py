@@ -56,9 +56,15 @@ SCENARIOS = [
              ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
               "--restart-delay-ms", "0"), True,
              "a majority of masters restarted empty inside one TTL"),
+    # both faults at once (--nemesis-mode all): a fast clock on a minority of masters
+    # expires the holder's keys there while another client, cut from the holder's other
+    # masters, makes its quorum of the expired ones (Kleppmann's scenario). A clock-bump
+    # instead moves only the keys that exist at the jump, which partition-clients had not
+    # yet shaped: 0 of 10 runs found anything that way.
     Scenario("redlock-clock",
-             ("--backend", "redlock", "--nemesis", "clock-bump,partition-clients"), True,
-             "a clock jump on masters while clients reach only some of them"),
+             ("--backend", "redlock", "--nemesis", "clock-rate,partition-clients",
+              "--nemesis-mode", "all"), True,
+             "a fast clock on a minority of masters while clients reach only some of them"),
     Scenario("sentinel-partition-primary",
              ("--backend", "redis-sentinel", "--nemesis", "partition-primary"), True,
              "the primary partitioned away: the Sentinels fail over, the key is lost"),

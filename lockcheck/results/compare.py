@@ -135,9 +135,12 @@ def read_run(d: Path) -> Run:
 
 
 def _walk_run_dirs(root: Path) -> Iterable[Path]:
-    """Run folders under root, without following symlinks (`latest` is one)."""
+    """Run folders under root, without following symlinks (`latest` is one). A folder
+    slimmed for publishing (`scripts/comparison --slim`) keeps results.json but not its
+    history: it is still a run."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        if store.TEST in filenames and store.HISTORY in filenames:
+        if store.TEST in filenames and (store.HISTORY in filenames
+                                        or store.RESULTS in filenames):
             dirnames[:] = []
             yield Path(dirpath)
 
@@ -339,8 +342,14 @@ def overview(c: Comparison) -> Overview:
                    "provably valid: " + "; ".join(f"{b} under {n}" for b, n in service) + ".")
     safe = [b for b in backends
             if all(cell.status == "safe" for _w, bb, _n, cell in c.cells() if bb == b)]
-    if safe:
-        out.append(f"Safe in every cell: {', '.join(safe)}.")
+    # "safe" in a fenced cell can mean the fence held while the lock did not: say which
+    held = [b for b in safe if b not in lost]
+    saved = [b for b in safe if b in lost]
+    if held:
+        out.append(f"Safe in every cell, mutual exclusion included: {', '.join(held)}.")
+    if saved:
+        out.append(f"Safe in every cell only because the fence held where the lock did not: "
+                   f"{', '.join(saved)}.")
     broken = [f"{b} under {n} ({w}, {cell.status})" for w, b, n, cell in c.cells()
               if cell.status in ("error", "unknown")]
     if broken:

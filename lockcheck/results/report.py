@@ -242,8 +242,10 @@ def _options(test: Mapping[str, Any]) -> str:
             if k not in skip]
     vers = [[esc(k), f"<code>{esc(v)}</code>"] for k, v in (test.get("versions") or {}).items()]
     argv = test.get("argv")
-    cmd = (f'<p class="small">Command: <code>{esc(" ".join(str(a) for a in argv))}</code></p>'
-           if isinstance(argv, list) else "")
+    # argv[0] is wherever the entry point lives on the machine that ran it
+    cmd = (f'<p class="small">Command: <code>'
+           f'{esc(" ".join(["lockcheck", *(str(a) for a in argv[1:])]))}</code></p>'
+           if isinstance(argv, list) and argv else "")
     return (f'<div class="cols"><div><h3>Options</h3>{table(["option", "value"], rows, cls="kv")}'
             f'</div><div><h3>Versions</h3>{table(["component", "version"], vers, cls="kv")}'
             f"{cmd}</div></div>")

@@ -101,6 +101,34 @@ def test_links_to_every_runs_report_and_to_the_crash_log(results_root: Path,
     assert sorted(statuses) == ["error", "safe", "safe", "unsafe", "unsafe"]
 
 
+def test_safe_everywhere_says_whether_the_lock_or_only_the_fence_held(tmp_path: Path) -> None:
+    make_run(tmp_path / "quietlock-mutex-none" / "r1", ops=300, backend="quietlock",
+             workload="mutex", nemesis=(), interval_ms=10**6)
+    make_run(tmp_path / "fencedlock-fenced-kill" / "r1", ops=2000, backend="fencedlock",
+             nemesis=("kill",))
+    _, md = compare(tmp_path, tmp_path / "site")
+    top = md.read_text().split("## Workload", 1)[0]
+    assert "Safe in every cell, mutual exclusion included: quietlock." in top
+    assert ("Safe in every cell only because the fence held where the lock did not: "
+            "fencedlock.") in top
+
+
+def test_a_slimmed_folder_compares_the_same(results_root: Path, tmp_path: Path,
+                                             built: tuple[str, str, Path]) -> None:
+    """Without histories and logs (what `scripts/comparison --slim` keeps to publish),
+    every run is still read from its results.json: the same cells, the same links."""
+    import shutil
+
+    slim = tmp_path / "slim"
+    shutil.copytree(results_root, slim, symlinks=True,
+                    ignore=shutil.ignore_patterns("history.jsonl", "site"))
+    assert not list(slim.rglob("history.jsonl"))
+    index, md = compare(slim, slim / "site")
+    statuses = re.findall(r'data-status="(\w+)"', index.read_text())
+    assert sorted(statuses) == sorted(re.findall(r'data-status="(\w+)"', built[0]))
+    assert md.read_text().count("report.html") == built[1].count("report.html")
+
+
 def test_not_a_results_folder(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="no such results folder"):
         compare(tmp_path / "nope", tmp_path)
