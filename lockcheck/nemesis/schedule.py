@@ -66,11 +66,12 @@ class NemesisSchedule(threading.Thread):
                 if not fits:
                     break
                 for i, nem in enumerate(fits):
-                    if not self.start_one(nem):
+                    value = self.start_one(nem)
+                    if value is None:
                         break
                     # a fault that found nothing to do (no holder to pause) ends at once
                     # rather than take a whole window from the faults that follow
-                    hold = 0.0 if self.active[-1][1].get("skipped") else nem.hold_s
+                    hold = 0.0 if value.get("skipped") else nem.hold_s
                     due.append((time.monotonic() + hold, -i, nem))
                 # each fault ends after its own hold; at the same time, the last started
                 # ends first
@@ -83,11 +84,11 @@ class NemesisSchedule(threading.Thread):
             log.exception("nemesis failed")
             self.error = e
 
-    def start_one(self, nem: Nemesis) -> bool:
-        """Start a fault and record it; False if the schedule is stopping."""
+    def start_one(self, nem: Nemesis) -> dict[str, Any] | None:
+        """Start a fault and record it; what it did, or None if the schedule is stopping."""
         with self.lock:
             if self.stop_event.is_set():
-                return False
+                return None
             self.record("invoke", nem.start_f, None)
             try:
                 value = nem.start(self.rng)
@@ -100,7 +101,7 @@ class NemesisSchedule(threading.Thread):
             self.active.append((nem, value))
             self.faults += 1
             self.record("info", nem.start_f, value)
-            return True
+            return value
 
     def describe_active(self) -> tuple[str, ...]:
         out = []
