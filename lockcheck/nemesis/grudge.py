@@ -16,8 +16,9 @@ Node shapes (`Cut`), as in Jepsen's partition nemeses:
 * `bridge`: two halves, and one node in the middle that sees both.
 
 Clients then join the shape: with two sides, each client goes with one side at
-random; in a ring, each client takes a random node's view; with a bridge, it goes
-with one half (and keeps the bridge). `clients_cut` is the shape for services whose
+random, and with two clients or more each side has at least one; in a ring, each
+client takes a random node's view; with a bridge, it goes with one half (and keeps
+the bridge). `clients_cut` is the shape for services whose
 servers never talk to each other (Redlock): nodes keep their links, each client loses
 a random subset of the nodes.
 """
@@ -181,6 +182,12 @@ def with_clients(cut: Cut, clients: Sequence[str], rng: random.Random) -> Cut:
         a, b = list(cut.sides[0]), list(cut.sides[1])
         chose_a = [c for c in clients if rng.random() < 0.5]
         chose_b = [c for c in clients if c not in chose_a]
+        # a side without clients cannot show a split brain: with two or more clients,
+        # each side gets at least one
+        if len(clients) >= 2 and not chose_a:
+            chose_a.append(chose_b.pop(rng.randrange(len(chose_b))))
+        elif len(clients) >= 2 and not chose_b:
+            chose_b.append(chose_a.pop(rng.randrange(len(chose_a))))
         extra = dict(cut.extra)
         if cut.kind == "bridge":  # the middle node stays with everyone
             g = merge(cut.grudge, complete([a + chose_a, b + chose_b]))

@@ -50,6 +50,8 @@ def test_two_sided_shapes_split_cleanly(n: int, n_clients: int, seed: int, kind:
     expected = {frozenset(p) for p in itertools.combinations(everyone, 2)
                 if (p[0] in a) == (p[1] in a)}
     assert links(cut.grudge, everyone) == expected
+    if n_clients >= 2:  # a split brain needs a client on each side
+        assert set(a) & set(clients) and set(b) & set(clients)
     a_nodes = [h for h in a if h in nodes]
     if kind == "isolate":
         assert len(a_nodes) == 1
