@@ -237,7 +237,9 @@ def _value(v: Any) -> str:
 
 
 def _options(test: Mapping[str, Any]) -> str:
-    skip = {"versions", "argv", "extra"}
+    # results_dir is where the machine that ran it wrote it, which a published page
+    # need not tell (the page sits in the run's own folder)
+    skip = {"versions", "argv", "extra", "results_dir"}
     rows = [[esc(k), f"<code>{esc(_value(v))}</code>"] for k, v in sorted(test.items())
             if k not in skip]
     vers = [[esc(k), f"<code>{esc(v)}</code>"] for k, v in (test.get("versions") or {}).items()]

@@ -97,6 +97,7 @@ def test_links_to_every_runs_report_and_to_the_crash_log(results_root: Path,
     for ln in reports:
         assert (out / ln.split("#")[0]).resolve().is_file()  # compare wrote missing reports
     assert any(ln.endswith("001-otherlock-mutex-kill-1.log") for ln in links)
+    assert str(results_root.parent) not in index + md  # no path of this machine
     statuses = re.findall(r'data-status="(\w+)"', index)
     assert sorted(statuses) == ["error", "safe", "safe", "unsafe", "unsafe"]
 

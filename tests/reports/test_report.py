@@ -105,6 +105,18 @@ def test_plots_checkers_metrics_options_links(fenced_run: Path, fenced_report: s
     assert lin and f'href="linearizable/{lin[0].name}"' in fenced_report
 
 
+def test_published_page_names_no_path_of_the_machine(fenced_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(fenced_run, run)
+    test = json.loads((run / "test.json").read_text())
+    test |= {"results_dir": "/home/someone/results",
+             "argv": ["/home/someone/lockcheck/.venv/bin/lockcheck", "test", "--seed", "7"]}
+    (run / "test.json").write_text(json.dumps(test))
+    html = write_report(run).read_text()
+    assert "/home/someone" not in html
+    assert "Command: <code>lockcheck test --seed 7</code>" in html
+
+
 def test_report_without_results_json_checks_in_memory(fenced_run: Path, tmp_path: Path) -> None:
     d = tmp_path / "run"
     d.mkdir()
