@@ -29,9 +29,13 @@ import os
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lockcheck.cluster.node import pid_alive
 from lockcheck.errors import BadInput
+
+if TYPE_CHECKING:
+    from lockcheck.cluster.api import Node
 
 SHM = Path("/dev/shm")
 FAKED_ENV = "LOCKCHECK_FAKE_CLOCK"  # set in a faked worker: sleep without clock_nanosleep
@@ -87,6 +91,22 @@ def env(clock_file: Path, *, shim: bool) -> dict[str, str]:
         preload += ":" + os.environ["LD_PRELOAD"]
     return {"LD_PRELOAD": preload, "FAKETIME_TIMESTAMP_FILE": str(clock_file),
             "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1", FAKED_ENV: "1"}
+
+
+def server_clock_file(node: Node) -> Path:
+    """The clock file of the server a database runs on `node` (one server per node)."""
+    return node.workdir / "faketime.rc"
+
+
+def server_env(node: Node, *, shim: bool) -> dict[str, str]:
+    """The environment of a server about to start on `node` under a clock lockcheck can
+    move; its clock starts true (so does a server restarted after a kill)."""
+    node.write_file(server_clock_file(node), spec(0))
+    return env(server_clock_file(node), shim=shim)
+
+
+def set_server_clock(node: Node, offset_ms: float) -> None:
+    node.write_file(server_clock_file(node), spec(offset_ms))
 
 
 def shm_files(pid: int) -> list[Path]:

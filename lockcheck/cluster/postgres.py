@@ -11,7 +11,8 @@ files in the data folder (`dynamic_shared_memory_type=mmap`), not `/dev/shm`.
 Killable (SIGKILL of the postmaster and every backend: a crash; the restart runs
 crash recovery on the same data), Pausable (every server process), CanFailover
 (terminate the sessions that hold locks, as an operator or an idle-session timeout
-would), LogFiles.
+would), Clock (libfaketime in the postmaster, inherited by the backends it forks),
+LogFiles.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Daemon, Node
 from lockcheck.cluster.probe import tail_lines, wait_until
 from lockcheck.errors import BadInput
@@ -135,6 +137,7 @@ class PostgresServer:
     tcp: bool = True  # False: a Unix socket only (a resource no partition can cut off)
     daemon: Daemon | None = None
     paused: list[int] = field(default_factory=list)  # backends stopped with the postmaster
+    fake_clock: bool = False  # started under libfaketime (cluster/faketime.py)
 
     @property
     def host(self) -> str:
@@ -188,6 +191,11 @@ class PostgresServer:
         args = [str(POSTGRES), "-D", str(self.data)]
         for k, v in settings.items():
             args += ["-c", f"{k}={v}"]
+        if self.fake_clock:
+            # through env(1) after setpriv, so that only the postmaster (and the
+            # backends it forks) load libfaketime, not unshare and setpriv before it
+            clock = faketime.server_env(self.node, shim=False)
+            args = ["env", *(f"{k}={v}" for k, v in clock.items()), *args]
         return as_postgres(args)
 
     def launch(self) -> None:
@@ -250,6 +258,8 @@ class PostgresServer:
         wait_until(lambda: not self._live(kids), timeout=STOP_GRACE_S,
                    what=f"the killed backends of postgres on {self.node.name} to exit")
         self.paused = []
+        if self.fake_clock:  # before the PID can go to another faked process
+            self.node.run(["rm", "-f", *map(str, faketime.shm_files(d.pid))], check=False)
 
     def pause(self) -> None:
         d = self.daemon
@@ -299,6 +309,7 @@ class PostgresDB:
         # session the server has not noticed gone yet, plus the controller's
         self.max_connections = max(50, 4 * spec.concurrency + 10)
         self.server: PostgresServer | None = None
+        self.faking = False
 
     def _server(self, node: str) -> PostgresServer:
         if self.server is None or self.server.node.name != node:
@@ -306,7 +317,8 @@ class PostgresDB:
         return self.server
 
     def setup(self, cluster: Cluster) -> None:
-        self.server = PostgresServer(cluster.nodes[0], max_connections=self.max_connections)
+        self.server = PostgresServer(cluster.nodes[0], max_connections=self.max_connections,
+                                     fake_clock=self.faking)
         self.server.init()
         self.server.start()
 
@@ -364,6 +376,23 @@ class PostgresDB:
         return {"targets": [s.node.name] if rows else [],
                 "pids": [p for p, _, ok in rows if ok],
                 "sessions": sorted({a for _, a, ok in rows if ok and a})}
+
+    def fake_clock(self) -> None:
+        """Before setup: the server's wall clock can be moved. PostgreSQL reads it
+        through the C library (`clock_timestamp()`, which expires the lease table's
+        rows), so libfaketime moves it; its timers and latches keep the true
+        monotonic clock."""
+        self.faking = True
+
+    def set_clock(self, node: str, offset_ms: float) -> None:
+        s = self._server(node)
+        if not s.fake_clock:
+            raise RuntimeError("postgres was not started under a fake clock (fake_clock() "
+                               "must come before setup)")
+        faketime.set_server_clock(s.node, offset_ms)
+
+    def reset_clock(self, node: str) -> None:
+        self.set_clock(node, 0.0)
 
     def log_files(self) -> dict[str, Sequence[Path]]:
         s = self.server

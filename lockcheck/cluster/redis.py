@@ -175,24 +175,16 @@ class RedisClocks:
     def fake_clock(self) -> None:
         self.faking = True
 
-    @staticmethod
-    def clock_file(node: Node) -> Path:
-        return node.workdir / "faketime.rc"
-
     def clock_env(self, node: Node) -> dict[str, str]:
         """The environment a server on `node` starts with (empty without fake clocks);
         a server restarted after a kill reads the node's clock file again."""
-        if not self.faking:
-            return {}
-        node.write_file(self.clock_file(node), faketime.spec(0))
-        return faketime.env(self.clock_file(node), shim=True)
+        return faketime.server_env(node, shim=True) if self.faking else {}
 
     def set_clock(self, node: str, offset_ms: float) -> None:
         if not self.faking:
             raise RuntimeError("redis was not started under a fake clock (fake_clock() "
                                "must come before setup)")
-        n = self.servers[node].node
-        n.write_file(self.clock_file(n), faketime.spec(offset_ms))
+        faketime.set_server_clock(self.servers[node].node, offset_ms)
 
     def reset_clock(self, node: str) -> None:
         self.set_clock(node, 0.0)

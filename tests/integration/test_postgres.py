@@ -27,8 +27,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from lockcheck.cluster.faketime import runs_libfaketime, shm_files
 from lockcheck.cluster.netns import LocalCluster
 from lockcheck.cluster.postgres import OS_USER, PostgresDB
 from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
@@ -43,6 +45,7 @@ from lockcheck.locks.postgres import (
     stable_key,
 )
 from lockcheck.spec import TestSpec
+from tests.conftest import faketime_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -99,10 +102,13 @@ SharedMemory = tuple[set[str], set[str]]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[PostgresDB, LocalCluster, SharedMemory]]:
-    """One server, and the host's shared memory (SysV, /dev/shm) from before it started."""
+    """One server, under a clock the tests can move (as in a run with clock faults: every
+    other test here passes under libfaketime too), and the host's shared memory (SysV,
+    /dev/shm) from before it started."""
     before = shm_segments_of_postgres(), dev_shm_postgres()
     cluster = LocalCluster(1, 0, Registry(DEFAULT_STATE_DIR))
     db = PostgresDB(TestSpec(backend="postgres", nemesis=()), {})
+    db.fake_clock()
     try:
         cluster.up()
         db.setup(cluster)
@@ -113,6 +119,24 @@ def server() -> Iterator[tuple[PostgresDB, LocalCluster, SharedMemory]]:
         cluster.down()
     # nothing of the server is left in the host's IPC namespace or in /dev/shm
     assert (shm_segments_of_postgres(), dev_shm_postgres()) == before
+    assert faketime_files(SERVER_PIDS) == [], "libfaketime's files left in /dev/shm"
+
+
+SERVER_PIDS: list[int] = []  # every postmaster the module's server had
+
+
+def server_pid(db: PostgresDB) -> int:
+    assert db.server is not None and db.server.daemon is not None
+    SERVER_PIDS.append(db.server.daemon.pid)
+    return db.server.daemon.pid
+
+
+def clock_offset_ms(db: PostgresDB) -> float:
+    """How far the server's wall clock is from this machine's."""
+    with psycopg.connect(**db.client_config(), connect_timeout=2) as c:
+        row = c.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+    assert row is not None
+    return float(row[0]) * 1000 - time.time() * 1000
 
 
 def session_for(db: PostgresDB, worker: int = 0) -> Session:
@@ -145,6 +169,52 @@ def test_lease_table_grants_expires_and_keeps_its_fences(server: Any) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_a_server_clock_moved_ahead_expires_a_valid_lease(server: Any) -> None:
+    """The Clock capability: the lease table expires rows by the server's clock, so a
+    jump forward hands a lock that is valid by every true clock to a second client."""
+    db, _, _ = server
+    pid = server_pid(db)
+    assert runs_libfaketime(pid)
+    assert abs(clock_offset_ms(db)) < 200
+    a = LeaseTableClient(session_for(db, 0), ttl_ms=5000, drift=0.01)
+    b = LeaseTableClient(session_for(db, 1), ttl_ms=5000, drift=0.01)
+    try:
+        first = a.acquire("t-clock")
+        assert first is not None
+        assert b.acquire("t-clock") is None
+        db.set_clock("n1", 8000)
+        assert abs(clock_offset_ms(db) - 8000) < 200
+        second = b.acquire("t-clock")  # a's lease has about 5 s left by any true clock
+        assert second is not None and first.fence is not None
+        assert second.fence == first.fence + 1
+        with pytest.raises(NotOwner):
+            a.renew(first)
+        db.reset_clock("n1")
+        assert abs(clock_offset_ms(db)) < 200
+        b.release(second)
+    finally:
+        db.reset_clock("n1")
+        a.close()
+        b.close()
+
+
+def test_a_crashed_faked_server_leaves_no_clock_files_and_restarts_faked(server: Any) -> None:
+    db, _, _ = server
+    before = server_pid(db)
+    db.kill("n1")
+    assert not any(f.exists() for f in shm_files(before)), \
+        "SIGKILL left libfaketime's files for a PID that will be reused"
+    db.start("n1")
+    after = server_pid(db)
+    assert after != before and runs_libfaketime(after), "restarted without its fake clock"
+    db.set_clock("n1", -3000)
+    try:
+        assert abs(clock_offset_ms(db) + 3000) < 200
+    finally:
+        db.reset_clock("n1")
+    assert abs(clock_offset_ms(db)) < 200
 
 
 def test_advisory_lock_is_the_sessions_and_pg_locks_says_so(server: Any) -> None:
@@ -280,12 +350,14 @@ RUNS = {
     "pause_fenced": ("--backend", "postgres", "--workload", "fenced",
                      "--nemesis", "client-pause", "--time-limit", "8",
                      "--nemesis-interval", "1"),
+    "clock_bump": ("--backend", "postgres", "--nemesis", "clock-bump", "--time-limit", "8",
+                   "--nemesis-interval", "1"),
 }
 
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> dict[str, Any]:
-    """The three runs at once (they mostly wait: on a lease, a pause, a TTL), each with
+    """The four runs at once (they mostly wait: on a lease, a pause, a TTL), each with
     its own cluster; each completes, leaves nothing behind, and no shared memory."""
     before = shm_segments_of_postgres(), dev_shm_postgres()
     started = {name: module_cli.start("test", *args, "--quiet", "1")
@@ -368,6 +440,31 @@ def test_finding_the_fence_rejects_the_paused_holders_write(pause_fenced: Any) -
     assert r.results()["summary"].startswith("resource safe")
 
 
+def test_finding_a_server_clock_jump_grants_a_valid_lease_again(runs: dict[str, Any]) -> None:
+    """P4: the lease table trusts the server's clock; a jump forward of 2 x TTL expires
+    every lease at once, and the next client is granted a lock whose holder is inside
+    with a valid lease (lease-safety), until the holder's next renewal is refused."""
+    r = runs["clock_bump"]
+    assert r.code == 1, r.explain()
+    res = r.results()
+    ls, me = res["checkers"]["lease-safety"], res["checkers"]["mutual-exclusion"]
+    assert ls["valid"] is False and ls["violation_count"] > 0, ls
+    assert me["valid"] is False and me["violation_count"] > 0, me
+    ops = read_history(r.run_dir / "history.jsonl")
+    nem = [o for o in ops if o.process == "nemesis"]
+    bumps = [o for o in nem if o.f == "bump-clock" and o.type == "info"]
+    assert bumps and all(b.value["offsets_ms"] == {"n1": 2000} for b in bumps), bumps
+    # from the moment the jump was asked for until the clock was set back
+    windows = [(o.time, next(x.time for x in nem if x.f == "reset-clock"
+                             and x.type == "info" and x.time > o.time))
+               for o in nem if o.f == "bump-clock" and o.type == "invoke"]
+    # every such grant came while the server's clock was ahead
+    for v in ls["violations"]:
+        assert any(a <= v["granted"]["ok_ns"] <= z for a, z in windows), (v, windows)
+    assert res["checkers"]["fencing"]["duplicate_fence_count"] == 0  # the row's counter
+    assert res["recovery"]["valid"] is True
+
+
 def test_server_log_and_version_in_the_results(advisory_failover: Any) -> None:
     d = advisory_failover.run_dir
     log = (d / "nodes" / "n1" / "postgres.log").read_text()
@@ -381,6 +478,6 @@ def test_test_json_names_the_backend_and_its_capabilities(pause_mutex: Any) -> N
     t = pause_mutex.test_json()
     info = t["backend_info"]
     assert info["family"] == "postgres" and info["client"] == "psycopg"
-    assert set(info["capabilities"]) == {"kill", "pause", "failover", "logs"}
+    assert set(info["capabilities"]) == {"kill", "pause", "failover", "clock", "logs"}
 
 
