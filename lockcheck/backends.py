@@ -251,9 +251,11 @@ BACKENDS: dict[str, Backend] = {
                         "expired by the server's clock, renew/release by owner and fence",
             fence="the lease row's counter, +1 from the row on every grant, kept across "
                   "releases",
-            expect="safe under server faults (the lease lives in a row, expired by the "
-                   "server's clock); a paused holder (client-pause) overlaps the next one, "
-                   "and the fence stops its stale write",
+            expect="safe under partitions, kills, pauses and failover (the lease lives in "
+                   "a row, expired by the server's clock); that clock moved forward "
+                   "(clock-bump, clock-rate) grants a held lease again; a paused holder "
+                   "(client-pause) overlaps the next one, and the fence stops its stale "
+                   "write",
             options={"lock": "lease-table",
                      "setup": "lockcheck.locks.postgres:create_schema"},
         ),
