@@ -72,6 +72,8 @@ SCENARIOS = [
               "--hold-ms", "200-800", "--clock-rate", "10",
               "--nemesis-interval", "0.5", "--nemesis-duration", "3"), True,
              "a fast clock on the master two groups of clients share"),
+    Scenario("postgres-clock-bump", ("--backend", "postgres", "--nemesis", "clock-bump"), True,
+             "the lease table's server clock jumps 2 x TTL: held leases are granted again"),
     Scenario("sentinel-partition-primary",
              ("--backend", "redis-sentinel", "--nemesis", "partition-primary"), True,
              "the primary partitioned away: the Sentinels fail over, the key is lost"),
