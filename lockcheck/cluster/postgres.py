@@ -5,8 +5,10 @@ The server refuses to run as root, so it runs as the `postgres` user through
 postmaster's. The IPC namespace is what makes a crash clean: Postgres keeps a SysV
 segment that a SIGKILLed postmaster leaves behind, and a segment of a private IPC
 namespace goes away with the namespace's last process, whoever killed it (the kill
-nemesis, or the cleanup of a run whose controller died). Dynamic shared memory is
-files in the data folder (`dynamic_shared_memory_type=mmap`), not `/dev/shm`.
+nemesis, or the cleanup of a run whose controller died). In a container, which is an
+IPC namespace of its own and refuses `unshare` without CAP_SYS_ADMIN, the server runs
+in the container's. Dynamic shared memory is files in the data folder
+(`dynamic_shared_memory_type=mmap`), not `/dev/shm`.
 
 Killable (SIGKILL of the postmaster and every backend: a crash; the restart runs
 crash recovery on the same data), Pausable (every server process), CanFailover
@@ -75,10 +77,19 @@ def postgres_version() -> str:
     return parts[2] if len(parts) > 2 else out.strip()
 
 
-def as_postgres(argv: Sequence[str]) -> list[str]:
-    """Run `argv` as the postgres user in a private IPC namespace, without a fork."""
-    return ["unshare", "--ipc", "setpriv", f"--reuid={OS_USER}", f"--regid={OS_USER}",
-            "--init-groups", *argv]
+def as_postgres(argv: Sequence[str], *, private_ipc: bool = True) -> list[str]:
+    """Run `argv` as the postgres user, in a private IPC namespace unless the node is
+    one already (a container), without a fork."""
+    ipc = ["unshare", "--ipc"] if private_ipc else []
+    return [*ipc, "setpriv", f"--reuid={OS_USER}", f"--regid={OS_USER}", "--init-groups",
+            *argv]
+
+
+def can_unshare_ipc(node: Node) -> bool:
+    """Whether `unshare --ipc` works on the node: it does as root on a host or in a
+    namespace; a container without CAP_SYS_ADMIN refuses it, and needs it least (its
+    IPC namespace is its own and goes with it)."""
+    return node.run(["unshare", "--ipc", "true"], check=False).returncode == 0
 
 
 def server_settings(address: str, port: int, socket_dir: Path,
@@ -138,6 +149,10 @@ class PostgresServer:
     daemon: Daemon | None = None
     paused: list[int] = field(default_factory=list)  # backends stopped with the postmaster
     fake_clock: bool = False  # started under libfaketime (cluster/faketime.py)
+    private_ipc: bool = True  # in an IPC namespace of its own (see can_unshare_ipc)
+    # made once, at init: a server restarted after a kill reads the clock file as the
+    # clock fault left it, as a real server on a host whose clock is off would
+    clock_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -168,12 +183,16 @@ class PostgresServer:
         """A new cluster in the node's folder: initdb, trust for every address."""
         n = self.node
         t0 = time.monotonic()
+        self.private_ipc = can_unshare_ipc(n)
+        if self.fake_clock:
+            self.clock_env = faketime.server_env(n, shim=False)
         n.run(["mkdir", "-p", str(self.data), str(self.socket_dir)])
         n.run(["chown", "-R", f"{OS_USER}:{OS_USER}", str(self.dir)])
         n.run(["chmod", "700", str(self.data)])
         r = n.run(as_postgres([str(INITDB), "-D", str(self.data), "-U", OS_USER,
                                "--auth=trust", "--no-sync", "--no-instructions",
-                               "-E", "UTF8", "--locale=C.UTF-8"]),
+                               "-E", "UTF8", "--locale=C.UTF-8"],
+                              private_ipc=self.private_ipc),
                   timeout=INITDB_TIMEOUT_S, check=False)
         n.write_file(self.initdb_log, r.stdout + r.stderr)
         if r.returncode != 0:
@@ -191,12 +210,11 @@ class PostgresServer:
         args = [str(POSTGRES), "-D", str(self.data)]
         for k, v in settings.items():
             args += ["-c", f"{k}={v}"]
-        if self.fake_clock:
+        if self.clock_env:
             # through env(1) after setpriv, so that only the postmaster (and the
             # backends it forks) load libfaketime, not unshare and setpriv before it
-            clock = faketime.server_env(self.node, shim=False)
-            args = ["env", *(f"{k}={v}" for k, v in clock.items()), *args]
-        return as_postgres(args)
+            args = ["env", *(f"{k}={v}" for k, v in self.clock_env.items()), *args]
+        return as_postgres(args, private_ipc=self.private_ipc)
 
     def launch(self) -> None:
         self.paused = []

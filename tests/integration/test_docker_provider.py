@@ -86,6 +86,35 @@ def test_a_partitioned_run_reaches_a_verdict_and_ends_clean(cli: Any, daemon: Do
     assert firewall() == before
 
 
+def test_postgres_in_containers_crashes_restarts_and_takes_clock_faults(
+        cli: Any, daemon: Dockerd) -> None:
+    """Postgres on the docker provider (no `unshare` in a container without
+    CAP_SYS_ADMIN: the container's own IPC namespace): a kill is a crash and a restart
+    in the container, and a server clock jump grants held leases again (findings P4),
+    as on the local provider. The two runs go at once."""
+    common = ("--provider", "docker", "--backend", "postgres", "--time-limit", "9",
+              "--nemesis-interval", "1", "--quiet", "2")
+    env = {"DOCKER_HOST": daemon.host}
+    started = {f: cli.start("test", *common, "--nemesis", f, env=env)
+               for f in ("kill", "clock-bump")}
+    runs = {f: p.wait(timeout=300) for f, p in started.items()}
+    for f, r in runs.items():
+        assert r.code in (0, 1), (f, r.explain())
+        res = r.results()
+        assert "failure" not in res and res.get("heal_errors", []) == [], (f, res)
+        assert res["recovery"]["valid"] is True, (f, res["recovery"])
+        for rid in r.traces:
+            assert docker_leftovers(rid) == []
+    kill = runs["kill"]
+    ops = read_history(kill.run_dir / "history.jsonl")
+    kills = [o for o in ops if o.process == "nemesis" and o.f == "kill" and o.type == "info"]
+    assert kills and all(o.value["targets"] == ["n1"] for o in kills), kills
+    assert kill.results()["checkers"]["mutual-exclusion"]["sections"] > 3
+    ls = runs["clock-bump"].results()["checkers"]["lease-safety"]
+    assert ls["valid"] is False and ls["violation_count"] > 0, ls
+    cli.assert_no_leftovers(None)
+
+
 def test_the_local_provider_works_while_dockerd_runs(cli: Any, daemon: Dockerd) -> None:
     r = cli("test", "--backend", "redis", "--nodes", "3", "--nemesis", "partition",
             "--time-limit", "8", "--nemesis-interval", "1", "--quiet", "2", timeout=180)
