@@ -151,6 +151,21 @@ class RemoteDaemon:
             self.wait(5.0)
 
 
+# the PIDs of gone processes: libfaketime's files of each, unless a live process that
+# runs libfaketime has the PID now (they are its own); libfaketime leaves them behind
+# even when its process exits cleanly (cluster/faketime.py)
+REMOVE_FAKETIME_FILES = r'''for pid; do
+  grep -qs libfaketime "/proc/$pid/maps" && continue
+  rm -f "/dev/shm/faketime_shm_$pid" "/dev/shm/sem.faketime_sem_$pid"
+done
+'''
+
+
+def remove_faketime_files(shell: Shell, pids: Sequence[int]) -> None:
+    if pids:
+        shell.run(["sh", "-c", REMOVE_FAKETIME_FILES, "sh", *map(str, pids)], timeout=20.0)
+
+
 def kill_recorded(shell: Shell, pids: Sequence[Sequence[object]]) -> None:
     """SIGKILL each recorded (pid, start time) that is still that process."""
     for pid, start in pids:

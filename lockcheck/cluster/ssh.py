@@ -51,6 +51,7 @@ from lockcheck.cluster.remote import (
     RemoteNode,
     in_parallel,
     kill_recorded,
+    remove_faketime_files,
     remove_rules,
 )
 from lockcheck.cluster.shell_session import PooledShell, SessionPool
@@ -471,9 +472,10 @@ def hosts_in_use(registry: Registry, addresses: Sequence[str]) -> str | None:
 
 
 def clean_host(shell: SSHShell, entry: Mapping[str, Any], run_dir: str, chain: str) -> None:
-    """Everything one run put on one host: processes (by PID and start time), a moved
-    clock, the run's chains, the run's folder."""
+    """Everything one run put on one host: processes (by PID and start time) and the
+    files libfaketime left for them, a moved clock, the run's chains, the run's folder."""
     kill_recorded(shell, entry.get("pids", []))
+    remove_faketime_files(shell, [int(str(pid)) for pid, _ in entry.get("pids", [])])
     if entry.get("clock_moved") and entry.get("clock_base") is not None \
             and not entry.get("same_machine", True):
         shell.run(["date", "-u", "-s", f"@{time.time() + float(entry['clock_base']):.6f}"],

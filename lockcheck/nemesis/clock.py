@@ -1,7 +1,10 @@
 """Clock faults: a server's or a client's wall clock moved, never the machine's.
 
-Servers' clocks move through the database's `Clock` capability (Redis: libfaketime
-per process, `cluster/faketime.py`); clients' clocks through a clock file per client
+Servers' clocks move through the node's own machine clock where the node is a host of
+its own (`cluster.api.HostClock`: the ssh provider's real hosts and VMs, `date -s`,
+set back at every stop and heal), else through the database's `Clock` capability
+(Redis, PostgreSQL: libfaketime per process, `cluster/faketime.py`); clients' clocks
+through a clock file per client
 host, read by libfaketime in the worker (prepared before the workers start, only when
 `--clock-targets` includes clients). Only wall clocks move: every process keeps the
 true CLOCK_MONOTONIC, which stamps the history and the clients' own lease clocks.
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster import faketime
-from lockcheck.cluster.api import Clock
+from lockcheck.cluster.api import Clock, HostClock
 from lockcheck.cluster.node import replace_file
 from lockcheck.nemesis.api import PrepareContext, RunContext
 from lockcheck.nemesis.process import pick_targets
@@ -77,12 +80,15 @@ class Clocks:
     """Every clock a fault may move, by host name."""
 
     db: Clock | None
-    nodes: list[str]
+    nodes: list[str]  # the server nodes whose clocks may move
     clients: ClientClocks
+    machines: Mapping[str, HostClock] = field(default_factory=dict)  # by node name
 
     def set(self, host: str, offset_ms: float) -> None:
         if host in self.clients.files:
             self.clients.set(host, offset_ms)
+        elif host in self.machines:
+            self.machines[host].set_clock(offset_ms)
         else:
             assert self.db is not None, f"no clock to move on {host}"
             self.db.set_clock(host, offset_ms)
@@ -90,11 +96,12 @@ class Clocks:
     def reset_all(self) -> None:
         """Every clock back to true time, even if some fail; then raise naming them."""
         failed = []
-        hosts = [*(self.nodes if self.db is not None else []), *self.clients.files]
-        for h in hosts:
+        for h in [*self.nodes, *self.clients.files]:
             try:
                 if h in self.clients.files:
                     self.clients.set(h, 0.0)
+                elif h in self.machines:
+                    self.machines[h].reset_clock()
                 else:
                     assert self.db is not None
                     self.db.reset_clock(h)
@@ -224,9 +231,13 @@ def clocks_of(ctx: RunContext) -> tuple[Clocks, list[str]]:
     clients = ctx.prepared.get("lockcheck.nemesis.clock:prepare")
     if not isinstance(clients, ClientClocks):
         clients = ClientClocks()
-    db = ctx.db if isinstance(ctx.db, Clock) and ctx.spec.clock_targets != "clients" else None
-    nodes = [n.name for n in ctx.cluster.nodes] if db is not None else []
-    return Clocks(db, nodes, clients), [*nodes, *clients.files]
+    if ctx.spec.clock_targets == "clients":
+        return Clocks(None, [], clients), list(clients.files)
+    db = ctx.db if isinstance(ctx.db, Clock) else None
+    machines = {n.name: n for n in ctx.cluster.nodes if isinstance(n, HostClock)}
+    nodes = [n.name for n in ctx.cluster.nodes
+             if n.name in machines or db is not None]
+    return Clocks(db, nodes, clients, machines), [*nodes, *clients.files]
 
 
 def _fault(ctx: RunContext, name: str, start_f: str, plan: Plan,

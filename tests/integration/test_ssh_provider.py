@@ -24,6 +24,7 @@ from lockcheck.cluster.api import HostClock
 from lockcheck.cluster.ssh import SSHCluster
 from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
 from lockcheck.history import read_history
+from tests.conftest import faketime_files
 from tests.integration.standin import SSH_PORT, StandIns, sshd_missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
@@ -88,6 +89,27 @@ def test_a_run_with_partitions_and_kills_ends_clean(cli: Any, hosts: StandIns) -
     assert t["cluster"]["provider"] == "ssh" and t["cluster"]["clients"] == "namespaces"
     assert sorted(t["cluster"]["same_machine"]) == ["n1", "n2", "n3"]  # stand-ins are here
     assert (r.run_dir / "nodes" / "n1" / "redis.log").stat().st_size > 0  # logs came back
+    clean(cli, hosts, r)
+    assert abs(wall_minus_monotonic() - skew) < 0.5  # this machine's clock never moved
+
+
+def test_fake_clocks_on_hosts_that_are_this_machine_leave_no_files(cli: Any,
+                                                                   hosts: StandIns) -> None:
+    """Stand-ins share this machine's clock, so server clock faults fall back to
+    libfaketime there; what it leaves in the host's /dev/shm goes with the run."""
+    skew = wall_minus_monotonic()
+    nodes = hosts.nodes_file(clients=10, name="fake-clock.yaml")
+    r = cli("test", "--provider", "ssh", "--nodes-file", nodes, "--backend", "redis",
+            "--nodes", "3", "--nemesis", "clock-bump", "--time-limit", "6",
+            "--nemesis-interval", "1", "--quiet", "2", timeout=180)
+    assert r.code in (0, 1), r.explain()
+    res = r.results()
+    assert "failure" not in res and res.get("heal_errors", []) == [], res
+    bumps = [o for o in nemesis_ops(r) if o.f == "bump-clock"]
+    assert bumps and all(o.value.get("offsets_ms") for o in bumps), bumps
+    pids = [int(n["pid"]) for n in r.test_json()["db"].values()]
+    assert len(pids) == 3
+    assert faketime_files(pids) == [], "libfaketime's files left on the hosts"
     clean(cli, hosts, r)
     assert abs(wall_minus_monotonic() - skew) < 0.5  # this machine's clock never moved
 
