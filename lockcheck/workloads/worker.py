@@ -20,6 +20,7 @@ again lets it through quickly.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -86,8 +87,9 @@ class Recorder:
 
     Lines go out before every sleep (`flush`) and at the start of a round (the `invoke`
     of an acquire) if a millisecond has passed since they last went; with `prompt` (a
-    fault acts on ops as they arrive: client-pause), with every `invoke`, so that no
-    line waits in a buffer while the worker waits for the service. Back-to-back rounds
+    fault acts on ops as they arrive: client-pause), every line as it is recorded,
+    whatever its type (an `event` of a critical section is what the fault waits for),
+    so that no line waits in a buffer while the worker waits. Back-to-back rounds
     of acquire, section and release then cost a write to the pipe every millisecond or
     so instead of six per round (docs/benchmarks.md). A worker killed mid-run loses at
     most its last millisecond or round: what is recorded is always a prefix of what it
@@ -119,8 +121,8 @@ class Recorder:
         with self.lock:
             try:
                 self.out.write(line)
-                if type_ == "invoke" and (self.prompt or (
-                        f == "acquire" and t - self.flushed_ns >= ROUND_FLUSH_NS)):
+                if self.prompt or (type_ == "invoke" and f == "acquire"
+                                   and t - self.flushed_ns >= ROUND_FLUSH_NS):
                     self.out.flush()
                     self.flushed_ns = t
             except (BrokenPipeError, ValueError, OSError):
@@ -448,9 +450,13 @@ def main(argv: list[str]) -> int:
     if os.environ.get(FAKED_ENV):  # before the client library is imported
         time.sleep = select_sleep
     cfg = WorkerConfig.from_json(argv[0])
-    rec = Recorder(sys.stdout, cfg.t0_ns, cfg.worker, cfg.prompt) \
+    # a buffered stdout of our own: lines go out when the Recorder says, not at every
+    # write because PYTHONUNBUFFERED happens to be set where the run was started
+    raw = io.FileIO(sys.stdout.fileno(), "w", closefd=False)
+    sys.stdout = out = io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding="utf-8")
+    rec = Recorder(out, cfg.t0_ns, cfg.worker, cfg.prompt) \
         if cfg.record_phase_s is None else \
-        AlternatingRecorder(sys.stdout, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
+        AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,

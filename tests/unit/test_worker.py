@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import select
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import pytest
 
@@ -334,3 +336,48 @@ def test_stopping_ends_the_loop(mode: str) -> None:
     w.stopping.set()
     t.join(timeout=2)
     assert not t.is_alive()
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, IO[str]]]:
+    """(read end, a buffered writer on the write end), as a worker's stdout to the
+    controller is: what is not flushed is not readable."""
+    r, w = os.pipe()
+    out = open(w, "w", buffering=1 << 16, encoding="utf-8")  # noqa: SIM115
+    try:
+        yield r, out
+    finally:
+        out.close()
+        os.close(r)
+
+
+def readable(fd: int) -> bytes:
+    got = b""
+    while select.select([fd], [], [], 0)[0]:
+        got += os.read(fd, 65536)
+    return got
+
+
+@pytest.mark.parametrize(("type_", "f"), [("invoke", "acquire"), ("ok", "acquire"),
+                                          ("fail", "release"), ("info", "renew"),
+                                          ("event", "enter"), ("event", "probe")])
+def test_a_prompt_recorder_sends_every_kind_of_op_at_once(
+        pipe: tuple[int, IO[str]], type_: str, f: str) -> None:
+    """With `prompt` each line is in the pipe when the call returns, whatever its type:
+    an `event` left in the buffer would reach a fault that waits for it only when the
+    worker next flushes (never, for a process that waits on something else)."""
+    r, out = pipe
+    rec = Recorder(out, time.monotonic_ns(), 0, prompt=True)
+    rec(0, type_, f, "k0", {"fence": 1})
+    line = readable(r)
+    assert line.endswith(b"\n") and json.loads(line)["type"] == type_
+
+
+def test_without_prompt_lines_wait_for_a_flush(pipe: tuple[int, IO[str]]) -> None:
+    r, out = pipe
+    rec = Recorder(out, time.monotonic_ns(), 0, prompt=False)
+    rec(0, "ok", "acquire", "k0", {"fence": 1})
+    rec(0, "event", "enter", "k0", {"fence": 1})
+    assert readable(r) == b""
+    rec.flush()
+    assert [json.loads(x)["type"] for x in readable(r).splitlines()] == ["ok", "event"]
