@@ -7,6 +7,7 @@ a plain line every few seconds and at every change of phase, so logs stay readab
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,10 +48,18 @@ class RunDisplay(Protocol):
     def close(self) -> None: ...
 
 
+def redraws(out: IO[str]) -> bool:
+    """A terminal that can be drawn on in place: a tty, unless TERM says it is dumb (an
+    editor's shell, say: it cannot move the cursor, so it gets the plain lines)."""
+    return out.isatty() and os.environ.get("TERM", "").strip().lower() not in ("dumb",
+                                                                              "unknown")
+
+
 def _console(out: IO[str]) -> Console:
-    tty = out.isatty()
-    return Console(file=out, force_terminal=tty, no_color=not tty, highlight=False,
-                   width=None if tty else 120, soft_wrap=not tty)
+    live = redraws(out)
+    # colour only where redrawn, and there as NO_COLOR says (rich reads it when None)
+    return Console(file=out, force_terminal=live, no_color=None if live else True,
+                   highlight=False, width=None if live else 120, soft_wrap=not live)
 
 
 def status_line(title: str, s: RunStatus) -> str:
@@ -118,8 +127,8 @@ class LiveRunDisplay:
 
 
 def make_run_display(out: IO[str], title: str) -> RunDisplay:
-    """Live on a terminal, plain lines elsewhere."""
-    return LiveRunDisplay(out, title) if out.isatty() else PlainRunDisplay(out, title)
+    """Live on a terminal, plain lines elsewhere (a dumb terminal too)."""
+    return LiveRunDisplay(out, title) if redraws(out) else PlainRunDisplay(out, title)
 
 
 # -- the end-of-run summary -----------------------------------------------------------------
@@ -234,7 +243,7 @@ class MatrixDisplay:
     @staticmethod
     def start(out: IO[str], names: Sequence[str]) -> MatrixDisplay:
         d = MatrixDisplay(out, [CellState(n) for n in names])
-        if out.isatty():  # redrawn twice a second, so the running cell's time ticks
+        if redraws(out):  # redrawn twice a second, so the running cell's time ticks
             d.live = Live(console=_console(out), refresh_per_second=2,
                           get_renderable=d._render)
             d.live.start()

@@ -7,6 +7,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import select
 import struct
 import termios
@@ -36,9 +37,20 @@ def status(phase: str = "running", elapsed: float = 5.0, **kw: Any) -> RunStatus
     return RunStatus(**base)
 
 
+# what rich (and lockcheck) read from the environment about the terminal
+TERMINAL_ENV = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE",
+                "TTY_INTERACTIVE", "COLUMNS", "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES")
+
+
 @pytest.fixture
-def tty() -> Iterator[tuple[int, IO[str]]]:
-    """A real pseudo-terminal, 100 columns: (master fd to read, the terminal to write)."""
+def tty(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, IO[str]]]:
+    """A real pseudo-terminal, 100 columns, of a colour terminal whatever the one pytest
+    runs in: (master fd to read, the terminal to write)."""
+    for name in TERMINAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "100")  # rich reads it, not the pty's size
+    monkeypatch.setenv("LINES", "30")
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     out = os.fdopen(slave, "w", encoding="utf-8")
@@ -80,9 +92,45 @@ def test_live_on_a_terminal(tty: tuple[int, IO[str]]) -> None:
     d.update(status("recovery", elapsed=19.0, active=(), violations=0), force=True)
     d.close()
     screen = drain(master)
-    assert ESC in screen  # drawn in place, in colour
+    assert ESC in screen and colours(screen)  # drawn in place, in colour
     assert "redis-mutex-kill" in screen and "kill n1" in screen and "recovery" in screen
     assert "violations" in screen
+
+
+def colours(screen: str) -> list[str]:
+    """The SGR sequences on the screen that set a colour (not bold, dim, reset)."""
+    return [m for m in re.findall(r"\x1b\[([0-9;]*)m", screen)
+            if re.search(r"(^|;)(3[0-9]|4[0-9]|9[0-7]|10[0-7])(;|$)", m)]
+
+
+def test_a_dumb_terminal_gets_the_plain_lines(tty: tuple[int, IO[str]],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM=dumb cannot move the cursor: no redrawing in place, no escape sequences."""
+    monkeypatch.setenv("TERM", "dumb")
+    master, out = tty
+    d = make_run_display(out, "redis-mutex-kill")
+    assert isinstance(d, PlainRunDisplay)
+    d.update(status(), force=True)
+    d.close()
+    m = MatrixDisplay.start(out, ["redis-mutex-none"])
+    m.set(0, "unsafe", 6.0)
+    m.close()
+    screen = drain(master)
+    assert "redis-mutex-kill [  5.0s/20s] running" in screen
+    assert "[1/1] redis-mutex-none: unsafe (6s)" in screen and ESC not in screen
+
+
+def test_no_color_is_live_without_colour(tty: tuple[int, IO[str]],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    master, out = tty
+    d = make_run_display(out, "redis-mutex-kill")
+    assert isinstance(d, LiveRunDisplay)
+    d.update(status(), force=True)
+    d.close()
+    screen = drain(master)
+    assert ESC in screen and "kill n1" in screen  # still drawn in place
+    assert colours(screen) == []
 
 
 def results(run: Path) -> dict[str, Any]:
@@ -108,7 +156,7 @@ def test_summary_in_colour_on_a_terminal(tty: tuple[int, IO[str]], fenced_run: P
     render_summary(results(fenced_run), out)
     out.flush()
     screen = drain(master)
-    assert ESC in screen and "valid" in screen and "checkers" in screen
+    assert colours(screen) and "valid" in screen and "checkers" in screen
 
 
 def test_matrix_progress_plain() -> None:
