@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "needs_root_netns: needs root, `ip netns`, redis-server and iptables "
-        "(skipped with the reason otherwise)",
+        "(skipped with the reason otherwise; with CI set, failed)",
     )
 
 
@@ -77,6 +77,38 @@ def missing_prerequisite() -> str | None:
                 reason = f"`ip netns` does not work here: {r.stderr.strip()[:100]}"
     _prereq_reason.append(reason)
     return reason
+
+
+# -- on CI a skip for a missing prerequisite is a failure ------------------------------
+
+# the one reason a test may skip on CI too: a corpus that is not part of the repository
+SHARED_ONLY = "it ships in the project's shared/ folder only"
+
+
+def on_ci() -> bool:
+    """CI is set (CI=true, as CI services set it): a green run must prove something."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def ci_failure(reason: str) -> str | None:
+    """What to fail with on CI instead of skipping for `reason` (None: the skip stands)."""
+    if not on_ci() or SHARED_ONLY in reason:
+        return None
+    return f"on CI a missing prerequisite is an error, not a skip: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    lr = report.longrepr
+    reason = str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr)
+    why = ci_failure(reason.removeprefix("Skipped: "))
+    if why is not None:
+        report.outcome = "failed"
+        report.longrepr = why
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

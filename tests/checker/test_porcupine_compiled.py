@@ -58,7 +58,9 @@ def both(model: Model[Any, Any, Any], history: Sequence[Operation]) -> None:
 
 def _porcupine_cases() -> list[Any]:
     if not (PORCUPINE / "expected.json").exists():
-        return [pytest.param(None, marks=pytest.mark.skip(reason="no Porcupine corpus"))]
+        return [pytest.param(None, marks=pytest.mark.skip(reason=(
+            f"Porcupine's test corpus is not beside this clone ({PORCUPINE}); it ships in "
+            "the project's shared/ folder only")))]
     names = [n for n, v in json.loads((PORCUPINE / "expected.json").read_text()).items()
              if v is not None]
     return [pytest.param(n, id=n, marks=[pytest.mark.slow] if n == "kv/c50-ok.txt" else [])
@@ -75,7 +77,8 @@ def test_porcupine_corpus(name: str) -> None:
 
 def test_knossos_cas_register_corpus() -> None:
     if not (KNOSSOS / "expected.json").exists():
-        pytest.skip("no Knossos corpus")
+        pytest.skip(f"the Jepsen/Knossos history corpus is not beside this clone ({KNOSSOS}); "
+                    "it ships in the project's shared/ folder only")
     for name, want in json.loads((KNOSSOS / "expected.json").read_text()).items():
         if want["model"] != "cas-register":
             continue

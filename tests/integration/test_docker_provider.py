@@ -24,7 +24,10 @@ from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
 from lockcheck.history import read_history
 from tests.integration.dockerd import Dockerd, firewall, install_packages
 
-pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.slow]
+# the first test's setup installs docker.io and debootstrap and builds the node image on
+# a machine that never had them (minutes, more under load): longer than the default
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.slow,
+              pytest.mark.timeout(1200)]
 
 # the scenario; etcd comes with the etcd backend (a branch of its own)
 BACKEND = "etcd" if "etcd" in BACKENDS else "redis"
