@@ -48,10 +48,21 @@ def check_netns() -> Finding:
     return Finding("network namespaces", True, "ip netns add/del work")
 
 
+def check_proc() -> Finding:
+    from lockcheck.cluster.node import ForeignProc, check_proc
+
+    try:
+        check_proc()
+    except ForeignProc as e:
+        return Finding("/proc", False, str(e).split(":", 1)[0], "mount -t proc proc /proc")
+    return Finding("/proc", True, "this PID namespace's (processes can be told alive or gone)")
+
+
 def doctor() -> list[Finding]:
     from lockcheck.backends import BACKENDS
 
     out = [Finding("root", is_root(), f"euid {os.geteuid()}", "run as root (sudo)")]
+    out.append(check_proc())
     out.append(check_netns())
     path = shutil.which("iptables")
     out.append(Finding("iptables", path is not None, path or "not found", INSTALL["iptables"]))

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 # was already gone). In a non-interactive sh a background job is not a process group
 # leader, so `setsid` execs in place: $! is the daemon itself.
 LAUNCH = r'''log=$1; shift
+read -r me rest 2>/dev/null </proc/self/stat; [ "$me" = "$$" ] || exit 4
 mkdir -p "$(dirname "$log")" || exit 1
 setsid "$@" </dev/null >>"$log" 2>&1 &
 pid=$!
@@ -39,20 +40,33 @@ set -f; set -- $rest
 echo "$pid ${20}"
 '''
 
-# $1 PID, $2 its start time ("-": not known), then signal names to send in order.
-# Exit 0: the process is alive (and was signalled); 3: it is gone, a zombie, or the
-# PID now belongs to another process.
+# $1 PID, $2 its start time ("-": it was gone when started), then signal names to send
+# in order. Exit 0: the process is alive (and was signalled); 3: it is gone, a zombie,
+# or the PID now belongs to another process; 4: FOREIGN_PROC.
 SIGNAL = r'''pid=$1; start=$2; shift 2; sigs=$*
+read -r me rest 2>/dev/null </proc/self/stat; [ "$me" = "$$" ] || exit 4
+[ "$start" != - ] || exit 3
 stat=$(cat "/proc/$pid/stat" 2>/dev/null) || exit 3
 rest=${stat##*) }
 set -f; set -- $rest
 case $1 in Z|X) exit 3;; esac
-[ "$start" = - ] || [ "${20}" = "$start" ] || exit 3
+[ "${20}" = "$start" ] || exit 3
 for s in $sigs; do kill -s "$s" "$pid" 2>/dev/null || exit 3; done
 exit 0
 '''
 
 GONE = 3
+# Both scripts first check that the node's /proc is its shell's own PID namespace's
+# (/proc/self is the shell, read by the shell itself): in a chroot or container with
+# another namespace's /proc mounted, a PID read there names another process, and a
+# killed server would read as alive, a live one as gone.
+FOREIGN_PROC = 4
+
+
+def foreign_proc(where: str) -> RuntimeError:
+    return RuntimeError(f"{where}: /proc there is not its own PID namespace's, so lockcheck "
+                        "cannot tell its processes alive or gone; mount that namespace's "
+                        "own (mount -t proc proc /proc)")
 
 # $1 table, $2 the hook chain, $3 the run's chain; the rest is the rule to append
 ADD_RULE = r'''t=$1; h=$2; c=$3; shift 3
@@ -125,6 +139,8 @@ class RemoteDaemon:
     def _send(self, *sigs: str) -> bool:
         code, _, _ = self.shell.run(["sh", "-c", SIGNAL, "sh", str(self.pid), self.start,
                                      *sigs], timeout=10.0)
+        if code == FOREIGN_PROC:
+            raise foreign_proc(self.shell.where)
         return code == 0
 
     def alive(self) -> bool:
@@ -192,7 +208,10 @@ class RemoteNode:
     def spawn(self, name: str, argv: Sequence[str], *, log: Path | None = None,
               env: Mapping[str, str] | None = None) -> RemoteDaemon:
         command = [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv]
-        r = self.run(["sh", "-c", LAUNCH, "sh", str(log or "/dev/null"), *command])
+        r = self.run(["sh", "-c", LAUNCH, "sh", str(log or "/dev/null"), *command],
+                     check=False)
+        if r.returncode == FOREIGN_PROC:
+            raise foreign_proc(self.shell.where)
         try:
             pid_text, start = r.stdout.split()
             pid = int(pid_text)
