@@ -212,3 +212,18 @@ def test_a_controller_with_another_namespaces_proc_refuses_to_answer() -> None:
                         code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.stdout.startswith("refused: /proc is not this PID namespace's"), r
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None
+                    or not Path("/proc/self/timens_offsets").exists(),
+                    reason="needs root, unshare and a kernel with time namespaces")
+def test_a_start_time_reads_the_same_from_a_time_namespace() -> None:
+    """/proc/<pid>/stat gives the start time shifted by the reader's boottime offset: a
+    lockcheck in such a namespace would take a live run's owner for gone and reap it."""
+    code = ("import sys\nfrom lockcheck.cluster.node import pid_start_time\n"
+            "print(pid_start_time(int(sys.argv[1])))\n")
+    r = subprocess.run(["unshare", "--time", "--boottime", "1000", "--fork", sys.executable,
+                        "-c", code, str(os.getpid())], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == pid_start_time(os.getpid())
