@@ -61,22 +61,27 @@ _prereq_reason: list[str | None] = []
 
 def missing_prerequisite() -> str | None:
     """Why a real cluster cannot be started here, or None if it can."""
-    if _prereq_reason:
-        return _prereq_reason[0]
-    reason: str | None = None
+    if not _prereq_reason:
+        _prereq_reason.append(_why_no_cluster())
+    return _prereq_reason[0]
+
+
+def _why_no_cluster() -> str | None:
+    from lockcheck.cluster.node import ForeignProc, check_proc
+
+    try:
+        check_proc()  # the leftover checks below read processes there too
+    except ForeignProc as e:
+        return str(e)
     if os.geteuid() != 0:
-        reason = "needs root (lockcheck creates network namespaces); run pytest as root"
-    else:
-        for b in ("ip", "redis-server", "iptables"):
-            if shutil.which(b) is None:
-                reason = f"{b} not found on PATH (scripts/install installs it)"
-                break
-        else:
-            r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-            if r.returncode != 0:
-                reason = f"`ip netns` does not work here: {r.stderr.strip()[:100]}"
-    _prereq_reason.append(reason)
-    return reason
+        return "needs root (lockcheck creates network namespaces); run pytest as root"
+    for b in ("ip", "redis-server", "iptables"):
+        if shutil.which(b) is None:
+            return f"{b} not found on PATH (scripts/install installs it)"
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"`ip netns` does not work here: {r.stderr.strip()[:100]}"
+    return None
 
 
 # -- on CI a skip for a missing prerequisite is a failure ------------------------------
