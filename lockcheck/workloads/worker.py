@@ -89,9 +89,9 @@ class Recorder:
     of an acquire) if a millisecond has passed since they last went; with `prompt` (a
     fault acts on ops as they arrive: client-pause), every line as it is recorded,
     whatever its type (an `event` of a critical section is what the fault waits for),
-    so that no line waits in a buffer while the worker waits. Back-to-back rounds
-    of acquire, section and release then cost a write to the pipe every millisecond or
-    so instead of six per round (docs/benchmarks.md). A worker killed mid-run loses at
+    so that no line waits in a buffer while the worker waits. Without it, back-to-back
+    rounds of acquire, section and release cost a write to the pipe every millisecond
+    or so instead of six per round (docs/benchmarks.md). A worker killed mid-run loses at
     most its last millisecond or round: what is recorded is always a prefix of what it
     did, so what was lost reads as ops cut off (`info`), never as ok.
 
