@@ -319,8 +319,11 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
               help="Nemeses, space- or comma-separated; join faults run together with + "
                    "(kill+pause) [default: none partition kill pause client-pause].")
 @click.option("--workloads", multiple=True, help="Workloads [default: mutex fenced].")
-@click.option("--test-count", type=int, default=1, show_default=True,
-              help="Runs per cell (each a separate test).")
+@click.option("--runs", "--test-count", "runs", type=int, default=1, show_default=True,
+              help="Runs per cell, each a separate test with its own seed.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only the I-th of N slices of the cells x runs (for N machines; "
+                   "`lockcheck compare` merges their results folders).")
 @click.option("--time-limit", type=float, default=30.0, show_default=True,
               help="Seconds per run.")
 @click.option("--results-dir", default="results", show_default=True,
@@ -345,9 +348,10 @@ def test_all(**o: Any) -> int:
     nemeses = split_names(o["nemeses"]) or [
         n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
     return run_test_all(backends=backends, workloads=workloads, nemeses=nemeses,
-                        count=o["test_count"], time_limit=o["time_limit"],
+                        count=o["runs"], time_limit=o["time_limit"],
                         results_dir=o["results_dir"], pass_through=_pass_through_args(o),
-                        seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr)
+                        seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr,
+                        shard_spec=o["shard"])
 
 
 @main.command()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import gzip
 import json
 import os
 import threading
@@ -291,12 +292,18 @@ def read_history(path: str | os.PathLike[str], *, allow_truncated: bool = False)
 
 
 def read_history_full(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> ReadResult:
+    """Read a history; a `.gz` file (a published run's) is decompressed as it is read."""
     p = Path(path)
     try:
+        if p.suffix == ".gz":
+            with gzip.open(p, "rt", encoding="utf-8", newline="") as gz:
+                return read_history_lines(gz, str(p), allow_truncated=allow_truncated)
         with p.open(encoding="utf-8", newline="") as fh:
             return read_history_lines(fh, str(p), allow_truncated=allow_truncated)
     except UnicodeDecodeError:
         raise HistoryError(p, 0, "not UTF-8 text") from None
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise HistoryError(p, 0, f"not a readable gzip file ({e})") from None
 
 
 class HistoryWriter:

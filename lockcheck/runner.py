@@ -225,7 +225,7 @@ def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
     # absolute: servers chdir into their data dirs, and their log paths must still hold
     results_root = Path(p.spec.results_dir).resolve()
     try:
-        run_dir = store.new_run_dir(results_root, p.spec.name)
+        run_dir = store.new_run_dir(results_root, p.spec.run_path, top_latest=True)
     except OSError as e:
         raise BadInput(f"cannot create the results folder under {results_root}: "
                        f"{e.strerror or e}") from None

@@ -63,6 +63,13 @@ class TestSpec:
         return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
 
     @property
+    def run_path(self) -> tuple[str, str, str]:
+        """Where its runs go under the results folder: backend, workload, nemesis (no
+        ambiguity when a backend's or workload's name has a dash)."""
+        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        return self.backend, workload, "+".join(self.nemesis) or "none"
+
+    @property
     def fault_duration(self) -> float:
         """How long a partition, pause, clock, loss or delay fault lasts."""
         if self.nemesis_duration is not None:

@@ -366,7 +366,7 @@ def _report_link(r: Run, out_dir: Path) -> Path | None:
     if r.dir is None:
         return None
     p = r.dir / "report.html"
-    if not p.exists() and (r.dir / store.HISTORY).exists():
+    if not p.exists() and store.is_run_dir(r.dir):
         from lockcheck.results.report import write_report
 
         try:

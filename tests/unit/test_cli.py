@@ -201,8 +201,10 @@ def test_check_run_directory_uses_its_test_json(tmp_path: Path) -> None:
     r = run("check", "--json", d)
     d_out = json.loads(r.stdout)
     assert d_out["workload"] == "fenced"
-    # the fenced workload judges the resource; no write reached it, so it is not invalid
-    assert d_out["valid"] is not False and r.exit_code != 1
+    # the fenced workload judges the lock and the resource: the lock failed (the two
+    # sections overlap) and no write reached the resource, and the summary says both
+    assert d_out["valid"] is False and r.exit_code == 1
+    assert d_out["summary"].startswith("the lock failed (no write reached the resource)")
 
 
 def test_check_empty_history_is_unknown(tmp_path: Path) -> None:
