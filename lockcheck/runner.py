@@ -566,9 +566,10 @@ class Run:
         store.write_json(self.run_dir / store.RESULTS, results)
         report = None
         try:  # the evidence is on disk already: a report that fails loses nothing
-            from lockcheck.results.report import write_report  # matplotlib: only now
+            if spec.report:
+                from lockcheck.results.report import write_report  # matplotlib: only now
 
-            report = write_report(self.run_dir, results=results, ops=read.ops)
+                report = write_report(self.run_dir, results=results, ops=read.ops)
         except Exception as e:
             log.exception("report failed")
             self.errors.append(f"report.html not written: {type(e).__name__}: {e}")

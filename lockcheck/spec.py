@@ -54,6 +54,7 @@ class TestSpec:
     clock_drift: float = 0.01
     results_dir: str = "results"
     leave_running: bool = False
+    report: bool = True  # report.html at the end (`lockcheck check` writes it later)
     subnet: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

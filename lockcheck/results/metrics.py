@@ -18,8 +18,9 @@ returns plain JSON data (`results.json["metrics"]`):
 - `availability`: the share of acquire attempts that were granted (`share`), the
   share the service answered definitely (`answered`: granted or busy, not an error
   or a timeout; a blocking acquire whose wait ran out while another process held the
-  key counts as busy, as a try-lock's refusal does), and grants per second: overall, in the time with no fault active,
-  and while each fault was active (by the attempt's invoke time; results/faults.py).
+  key counts as busy, as a try-lock's refusal does), and grants per second: overall,
+  in the time with no fault active, and while each fault was active (by the attempt's
+  invoke time; results/faults.py).
 
 Percentiles are pandas' (linear interpolation between closest ranks). Latencies are
 milliseconds, rounded to microseconds.

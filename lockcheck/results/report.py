@@ -266,6 +266,7 @@ def _options(test: Mapping[str, Any]) -> str:
 def _files(run_dir: Path, html_links: Sequence[Path]) -> str:
     items: list[tuple[str, str]] = []
     for name, what in ((store.HISTORY, "every operation"),
+                       (store.HISTORY_XZ, "every operation (xz; `lockcheck check` reads it)"),
                        (store.HISTORY_GZ, "every operation (gzip; `lockcheck check` reads it)"),
                        (store.RESULTS, "checker results"),
                        (store.TEST, "options and versions"),
@@ -357,7 +358,7 @@ out); ctrl + wheel zooms; click the strip above to jump.</p>
 
 
 def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
-                  results: Mapping[str, Any]) -> str:
+                  results: Mapping[str, Any], *, with_plots: bool = True) -> str:
     """The page as a string (see write_report)."""
     metrics = results.get("metrics")
     if not isinstance(metrics, dict) or "error" in metrics:
@@ -371,7 +372,8 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
     figs = [plots.latency_over_time(acq, windows, colors), plots.latency_distribution(acq),
             plots.throughput(acq, windows, colors, t_end),
             plots.hold_times(sections, windows, colors, metrics.get("ttl_ms")),
-            plots.availability_bars(metrics.get("availability") or {}, colors)]
+            plots.availability_bars(metrics.get("availability") or {}, colors)] \
+        if with_plots else []
     tl = timeline_data(ops, results, windows, colors, sections)
     lin_html = _linearizable_html(run_dir, ops, test, results)
 
@@ -387,7 +389,10 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
                      f"linearizability visualization{more}</a>")
     figures = "".join(f'<figure id="plot-{f.id}"><h3>{esc(f.title)}</h3><img alt="{esc(f.title)}"'
                       f' src="data:image/png;base64,{f.png_base64}"><figcaption>'
-                      f"{esc(f.caption)}</figcaption></figure>" for f in figs)
+                      f"{esc(f.caption)}</figcaption></figure>" for f in figs) \
+        if with_plots else ("<p class=\"muted\">The plots are left out of this published copy "
+                            "to keep it small: <code>lockcheck check</code> on this folder "
+                            "draws them.</p>")
     problems = "".join(f'<p class="muted small">warning: {esc(e)}</p>'
                        for e in results.get("errors") or [])
     if results.get("failure"):
@@ -426,7 +431,7 @@ by lockcheck {esc(__version__)} at {esc(time.strftime("%Y-%m-%d %H:%M:%S %z"))}.
 
 
 def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
-                 ops: list[Op] | None = None) -> Path:
+                 ops: list[Op] | None = None, with_plots: bool = True) -> Path:
     """Write `run_dir/report.html` and return its path.
 
     `results` and `ops` save a second read when the caller has them (the end of a run,
@@ -443,6 +448,7 @@ def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
         results = load_results(run_dir, ops, test)
     out = run_dir / REPORT
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_report(run_dir, test, ops, results), encoding="utf-8")
+    tmp.write_text(render_report(run_dir, test, ops, results, with_plots=with_plots),
+                   encoding="utf-8")
     os.replace(tmp, out)
     return out

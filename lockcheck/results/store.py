@@ -5,7 +5,7 @@ Written in three steps as Jepsen does: test.json when the run starts, the histor
 while it runs, results.json at the end. A `latest` link beside the runs of one
 backend, workload and nemesis points at the newest of them, and `results/latest` at
 the newest run of all. A published run keeps its history compressed
-(`history.jsonl.gz`); everything that reads a run reads either.
+(`history.jsonl.xz` or `.gz`); everything that reads a run reads any of them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from typing import Any
 
 HISTORY = "history.jsonl"
 HISTORY_GZ = "history.jsonl.gz"
+HISTORY_XZ = "history.jsonl.xz"
+# a published run's history, compressed: xz (the smallest), or gzip
+PACKED_HISTORIES = (HISTORY_XZ, HISTORY_GZ)
 LATEST = "latest"
 TEST = "test.json"
 RESULTS = "results.json"
@@ -61,10 +64,11 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def history_file(run_dir: Path) -> Path:
-    """The run's history: history.jsonl, or history.jsonl.gz in a published run."""
-    plain = run_dir / HISTORY
-    return plain if plain.exists() or not (run_dir / HISTORY_GZ).exists() else \
-        run_dir / HISTORY_GZ
+    """The run's history: history.jsonl, or a published run's compressed one."""
+    for name in (HISTORY, *PACKED_HISTORIES):
+        if (run_dir / name).exists():
+            return run_dir / name
+    return run_dir / HISTORY
 
 
 def is_run_dir(path: Path) -> bool:
@@ -75,8 +79,8 @@ def run_dirs(root: Path) -> Iterator[Path]:
     """Run folders under root (test.json beside a history or results.json), without
     following symlinks (`latest` is one)."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        if TEST in filenames and (HISTORY in filenames or HISTORY_GZ in filenames
-                                  or RESULTS in filenames):
+        if TEST in filenames and any(n in filenames for n in (HISTORY, RESULTS,
+                                                                *PACKED_HISTORIES)):
             dirnames[:] = []
             yield Path(dirpath)
         else:
