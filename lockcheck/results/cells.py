@@ -280,7 +280,9 @@ class CellView:
         if self.status == "unsafe":
             times = sorted(r.first_violation_s for r in self.unsafe
                            if r.first_violation_s is not None)
-            if times:
+            if len(times) == 1:
+                lines.append(f"first violation after {_s(times[0])}")
+            elif times:
                 lines.append(f"first violation after {_s(statistics.median(times))} "
                              f"(median; {_s(times[0])} to {_s(times[-1])})")
             if fenced:

@@ -184,7 +184,8 @@ def overview(c: Comparison) -> Overview:
     n_cells = sum(1 for _ in c.cells())
     sizes = sorted({len(cell.runs) for *_, cell in c.cells()}) or [0]
     each = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
-    ran = (f"{_plural(len(runs), 'run', 'runs')}{when} in {n_cells} cells ({each} runs "
+    ran = (f"{_plural(len(runs), 'run', 'runs')}{when} in "
+           f"{_plural(n_cells, 'cell', 'cells')} ({each} {'run' if each == '1' else 'runs'} "
            "each): "
            f"{_plural(len(backends), 'backend', 'backends')} ({', '.join(backends)}) \u00d7 "
            f"{_plural(len(nemeses), 'nemesis', 'nemeses')} ({', '.join(nemeses)}) \u00d7 "
