@@ -401,20 +401,23 @@ def compare(results_dirs: tuple[Path, ...], out_dir: Path | None, publish: bool,
 def _verify(dirs: tuple[Path, ...]) -> int:
     from lockcheck.results.verify import verify
 
-    differ = n = 0
+    differ = n = crashed = 0
     for root in dirs:
         if not root.is_dir():
             raise BadInput(f"{root}: no such results folder")
         for r in verify(root):
             n += 1
+            crashed += not r.verdict
             if not r.agrees:
                 differ += 1
                 click.echo(f"{r.run_dir}: published {r.published!r}, re-checked "
                            f"{r.rechecked!r}" + (f" ({r.note})" if r.note else ""))
     if not n:
         raise BadInput(f"{', '.join(map(str, dirs))}: no runs in it")
-    click.echo(f"{n - differ} of {n} runs re-checked to their published verdict"
-               + (f"; {differ} differ" if differ else ""))
+    click.echo(f"{n - differ - crashed} of {n} runs re-checked to their published verdict"
+               + (f"; {differ} differ" if differ else "")
+               + (f"; {crashed} published no verdict (crashed before the end)"
+                  if crashed else ""))
     return exitcodes.INVALID if differ else 0
 
 

@@ -4,7 +4,9 @@ and say where the published verdict differs.
 A run's published verdict is the `valid` of its results.json; the re-check runs the
 same checkers over the stored history (plain or compressed) with the run's test.json,
 and applies the one rule the run itself adds: a run cut short by a harness failure is
-never valid. A run with no history cannot be re-checked, and that is a difference too.
+never valid. A published verdict with no history to re-check it from is a difference;
+a run that crashed before it wrote results.json published no verdict, and is counted
+apart (the page shows it as crashed).
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ class Recheck:
     published: Any
     rechecked: Any
     note: str = ""
+    verdict: bool = True  # False: the run published no verdict (it crashed)
 
     @property
     def agrees(self) -> bool:
-        return self.published == self.rechecked and not self.note
+        return not self.verdict or (self.published == self.rechecked and not self.note)
 
 
 def recheck(run_dir: Path) -> Recheck:
     try:
         results = json.loads((run_dir / store.RESULTS).read_text())
     except (OSError, ValueError):
-        return Recheck(run_dir, None, None, f"no readable {store.RESULTS}")
+        return Recheck(run_dir, None, None, f"no readable {store.RESULTS}", verdict=False)
     published = results.get("valid")
     history = store.history_file(run_dir)
     if not history.exists():
@@ -55,5 +58,6 @@ def verify(root: Path, say: Callable[[str], None] = lambda line: None) -> Iterat
     """Re-check every run under root, one at a time."""
     for d in sorted(store.run_dirs(root)):
         r = recheck(d)
-        say(f"{d.relative_to(root)}: " + ("agrees" if r.agrees else "DIFFERS"))
+        say(f"{d.relative_to(root)}: " + ("no verdict" if not r.verdict else
+                                          "agrees" if r.agrees else "DIFFERS"))
         yield r

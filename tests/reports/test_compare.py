@@ -16,7 +16,7 @@ from lockcheck.results.compare import Comparison, cell_text, compare, load
 from lockcheck.results.matrix import Cell, CellResult, Matrix
 from lockcheck.results.publish import publish
 from lockcheck.results.store import new_run_dir
-from lockcheck.results.verify import verify
+from lockcheck.results.verify import recheck, verify
 from tests.reports.synthetic import make_run
 
 
@@ -185,6 +185,16 @@ def test_published_folder_compares_the_same_and_verifies(results_root: Path, tmp
     bad = [r for r in verify(dest) if not r.agrees]
     assert [r.run_dir for r in bad] == [res.parent]
     assert bad[0].published is True and bad[0].rechecked is False
+    # a run that crashed before its results.json published no verdict: counted apart
+    other = next(p for p in dest.rglob("results.json") if p.parent != res.parent)
+    other.unlink()
+    checked = {r.run_dir: r for r in verify(dest)}
+    assert not checked[other.parent].verdict and checked[other.parent].agrees
+    assert [d for d, r in checked.items() if not r.agrees] == [res.parent]
+    # and a history that is gone leaves a published verdict unproven: a difference
+    kept = next(d for d, r in checked.items() if r.verdict and d != res.parent)
+    (kept / "history.jsonl.xz").unlink()
+    assert not recheck(kept).agrees and recheck(kept).note == "no history to re-check"
 
 
 def test_detection_bound() -> None:
