@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def _scrub_file(p: Path, scrub: Callable[[str], str]) -> None:
 def _pack(p: Path) -> Path:
     """p -> p.xz (and p removed)."""
     out = p.with_name(p.name + ".xz")
-    with p.open("rb") as src, lzma.open(out, "wb", preset=9) as dst:
+    with p.open("rb") as src, lzma.open(out, "wb", preset=6) as dst:
         shutil.copyfileobj(src, dst)
     p.unlink()
     return out
@@ -126,8 +127,9 @@ def run_page_html(run_dir: Path, test: dict[str, Any], results: dict[str, Any] |
     return page(f"lockcheck: {test.get('name', run_dir.name)} ({verdict_word(valid)})", body)
 
 
-def _publish_run(run_dir: Path, scrub: Callable[[str], str], full: bool,
+def _publish_run(run_dir: Path, roots: list[Path], full: bool,
                  report_of_cell: Path | None) -> None:
+    scrub = scrubber(roots)
     for name in (REPORT, RUN_PAGE):
         (run_dir / name).unlink(missing_ok=True)
     if not full:
@@ -190,11 +192,16 @@ def publish(sources: Sequence[Path], out: Path,
     for r in runs:
         if r.dir in reps:
             rep_of[(r.workload, r.backend, r.nemesis)] = r.dir
-    for i, r in enumerate(runs, 1):
-        assert r.dir is not None
-        full = r.dir in reps
-        _publish_run(r.dir, scrub, full, rep_of.get((r.workload, r.backend, r.nemesis)))
-        say(f"[{i}/{len(runs)}] {r.dir.relative_to(out)}" + (" (report)" if full else ""))
+    jobs = [(r.dir, r.dir in reps, rep_of.get((r.workload, r.backend, r.nemesis)))
+            for r in runs if r.dir is not None]
+    # a few processes: each run is independent, and most of the time is compression
+    with ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1) or 1) as pool:
+        futures = {pool.submit(_publish_run, d, srcs + dests, full, rep): (d, full)
+                   for d, full, rep in jobs}
+        for i, f in enumerate(as_completed(futures), 1):
+            f.result()
+            d, full = futures[f]
+            say(f"[{i}/{len(jobs)}] {d.relative_to(out)}" + (" (report)" if full else ""))
     for dest in dests:  # the matrix records: their command logs and matrix.json
         for p in dest.rglob("*"):
             if p.is_file() and not p.is_symlink() and "test-all" in p.parts and \
