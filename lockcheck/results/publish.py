@@ -31,7 +31,7 @@ from typing import Any
 from lockcheck.errors import BadInput
 from lockcheck.results import store
 from lockcheck.results.cells import Run, read_run
-from lockcheck.results.html import badge, esc, page
+from lockcheck.results.html import badge, esc
 from lockcheck.results.progress import verdict_word
 
 PACKED = (store.HISTORY, store.RESOURCE)  # compressed besides every *.log
@@ -39,6 +39,12 @@ TEXT_SUFFIXES = (".json", ".jsonl", ".log", ".cfg", ".conf", ".txt", ".html", ".
 WORK_PATH = re.compile(r"/tmp/lockcheck-[A-Za-z0-9_.-]+")
 RUN_PAGE = "run.html"
 REPORT = "report.html"
+RUN_PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:1rem auto;"
+                  "padding:0 1rem;color:#1d2230}.muted{color:#667}.small{font-size:.9em}"
+                  ".badge{padding:.1rem .5rem;border-radius:.3rem;font-weight:bold}"
+                  ".valid{background:#e3f4ea;color:#17663a}.invalid{background:#fbe3e3;"
+                  "color:#a11}.unknown{background:#fff4d6;color:#7a5a00}"
+                  "code{background:#f3f3f6;padding:0 .2rem}")
 
 
 def checkout() -> Path:
@@ -101,12 +107,27 @@ def _representatives(runs: Sequence[Run]) -> set[Path]:
     return chosen
 
 
+def _again(args: Sequence[Any]) -> list[str]:
+    """The run's command to type again: without where its results went or whether it
+    wrote a report (the defaults do)."""
+    out: list[str] = []
+    skip = False
+    for a in map(str, args):
+        if skip:
+            skip = False
+        elif a == "--results-dir":
+            skip = True
+        elif a != "--no-report":
+            out.append(a)
+    return out
+
+
 def run_page_html(run_dir: Path, test: dict[str, Any], results: dict[str, Any] | None,
                   report: str | None) -> str:
     valid = (results or {}).get("valid")
     argv = test.get("argv")
-    cmd = ("lockcheck " + " ".join(str(a) for a in argv[1:])) if isinstance(argv, list) \
-        and argv else ""
+    cmd = ("lockcheck " + " ".join(_again(argv[1:]))) if isinstance(argv, list) and argv \
+        else ""
     files = "".join(f'<li><a href="{esc(p.relative_to(run_dir).as_posix())}">'
                     f"{esc(p.relative_to(run_dir).as_posix())}</a></li>"
                     for p in _files(run_dir) if p.name != RUN_PAGE)
@@ -124,7 +145,11 @@ def run_page_html(run_dir: Path, test: dict[str, Any], results: dict[str, Any] |
             f"<p>Run it again: <code>{esc(cmd)}</code><br>Check it again from its history: "
             f"<code>lockcheck check {esc(run_dir.name)}</code> (writes the full report with "
             f"its plots)</p>{full}<h2>Files</h2><ul>{files}</ul>")
-    return page(f"lockcheck: {test.get('name', run_dir.name)} ({verdict_word(valid)})", body)
+    # a few lines of style, not the reports' stylesheet: hundreds of these are published
+    title = esc(f"lockcheck: {test.get('name', run_dir.name)} ({verdict_word(valid)})")
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{title}</title><style>{RUN_PAGE_STYLE}</style></head><body>"
+            f"<main>{body}</main></body></html>\n")
 
 
 def _publish_run(run_dir: Path, roots: list[Path], full: bool,
