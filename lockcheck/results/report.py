@@ -266,14 +266,14 @@ def _options(test: Mapping[str, Any]) -> str:
 def _files(run_dir: Path, html_links: Sequence[Path]) -> str:
     items: list[tuple[str, str]] = []
     for name, what in ((store.HISTORY, "every operation"),
-                       (store.HISTORY_XZ, "every operation (xz; `lockcheck check` reads it)"),
-                       (store.HISTORY_GZ, "every operation (gzip; `lockcheck check` reads it)"),
                        (store.RESULTS, "checker results"),
                        (store.TEST, "options and versions"),
                        (store.RESOURCE, "the protected resource's writes"),
                        (store.LOG, "the controller's log")):
-        if (run_dir / name).exists():
-            items.append((name, what))
+        # a published run has them compressed (`lockcheck check` reads the history so)
+        for packed, how in (("", ""), (".xz", " (xz)"), (".gz", " (gzip)")):
+            if (run_dir / (name + packed)).exists():
+                items.append((name + packed, what + how))
     for sub, what in (("nodes", "server log"), ("workers", "client worker log")):
         d = run_dir / sub
         if d.is_dir():
