@@ -85,6 +85,12 @@ def collect(root: Path, source: str = "") -> list[Run]:
         base = mf.parent.parent.parent  # the results folder that matrix ran into
         for c in matrix.get("cells") or []:
             rd = (base / c["run_dir"]).resolve() if c.get("run_dir") else None
+            if c.get("status") == "interrupted":
+                # stopped by whoever ran the matrix: no verdict on the lock, left out
+                # (unless it had found a violation before it was stopped)
+                runs = [r for r in runs if r.dir is None or r.dir.resolve() != rd
+                        or r.status == "unsafe"]
+                continue
             if rd is not None and rd in seen and (rd / store.RESULTS).exists():
                 continue
             if rd is not None and rd in seen:

@@ -229,3 +229,20 @@ def test_not_a_results_folder(tmp_path: Path) -> None:
         compare(tmp_path / "nope", tmp_path)
     with pytest.raises(BadInput, match="no runs in it"):
         compare(tmp_path, tmp_path)
+
+
+def test_a_run_the_matrix_interrupted_is_left_out(tmp_path: Path) -> None:
+    """Stopping a matrix mid-run is no verdict on the lock: that run is not counted."""
+    root = tmp_path / "results"
+    kept = make_run(root / "quietlock" / "mutex" / "none" / "t1", ops=300, backend="quietlock",
+                    workload="mutex", nemesis=(), interval_ms=10**6)
+    stopped = make_run(root / "quietlock" / "mutex" / "none" / "t2", ops=300,
+                       backend="quietlock", workload="mutex", nemesis=(), interval_ms=10**6)
+    assert len(load([root]).runs) == 2
+    record = new_run_dir(root, "test-all")
+    m = Matrix(root, record, [Cell("quietlock", "mutex", "none", 2)], time_limit=5, count=2,
+               pass_through=[])
+    m.results = [CellResult("quietlock", "mutex", "none", 2, "interrupted",
+                            run_dir=str(stopped.relative_to(root)))]
+    m.save(130)
+    assert [r.dir for r in load([root]).runs] == [kept]
