@@ -15,6 +15,10 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from lockcheck.checker.verdict import LOCK_CHECKERS
+from lockcheck.results.cells import CellView, read_results
+from lockcheck.results.compare import cell_text
+
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "docs" / "report"
 HREF = re.compile(r"""(?:href|src)\s*=\s*["']([^"']+)["']""")
@@ -124,3 +128,46 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
     found = machine_paths(tmp_path, checkout)
     assert found == [f"r/redis/mutex/none/t1/lockcheck.log.xz: {checkout}",
                      "r/redis/mutex/none/t1/test.json: /data/results"]
+
+
+def published_cells() -> list[tuple[str, str, str, CellView]]:
+    from lockcheck.results.compare import load
+
+    root = published()
+    shards = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    return list(load(shards).cells())
+
+
+def test_a_cell_is_unsafe_exactly_when_a_run_broke_the_lock_or_the_resource() -> None:
+    """Every cell with a run whose lock checker (mutual exclusion, lease safety,
+    linearizable) failed, or whose resource accepted a stale write, is unsafe; no safe
+    cell has such a run."""
+    cells = published_cells()
+    assert cells
+    for w, b, n, cell in cells:
+        broken = []
+        for r in cell.runs:
+            res = read_results(r.dir) if r.dir is not None else None
+            checkers = (res or {}).get("checkers") or {}
+            if any((checkers.get(c) or {}).get("valid") is False for c in LOCK_CHECKERS) or \
+                    (checkers.get("fencing") or {}).get("resource_valid") is False:
+                broken.append(r)
+        assert (cell.status == "unsafe") == bool(broken), (w, b, n, cell.status)
+        assert len(cell.unsafe) >= len(broken)
+
+
+def test_saves_and_fence_regressions_are_published_apart() -> None:
+    seen_regressions = False
+    for _w, _b, n, cell in published_cells():
+        stale = regressed = 0
+        for r in cell.runs:
+            res = read_results(r.dir) if r.dir is not None else None
+            fe = ((res or {}).get("checkers") or {}).get("fencing") or {}
+            stale += fe.get("saves_stale_holder", 0)
+            regressed += fe.get("saves_regressed_fence", 0)
+        assert (cell.saves, cell.regressions) == (stale, regressed)
+        text = " ".join(cell_text(cell, n))
+        if regressed:
+            seen_regressions = True
+            assert f"{regressed:,} fence regression" in text and f"{stale:,} save" in text
+    assert seen_regressions  # redis under kill restarts its fence counter
