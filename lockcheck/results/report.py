@@ -340,8 +340,9 @@ def _timeline_section(tl: Mapping[str, Any]) -> str:
     faults = "".join(f'<span><span class="sw" style="background:{c};opacity:.45"></span>'
                      f"{esc(n)}</span>" for n, c in zip(tl["fault_names"], tl["fault_colors"],
                                                         strict=True))
-    marks = ('<span>▮ accepted write</span><span style="color:#1f9d55">▼ write rejected by the '
-             'fence (save)</span><span style="color:#8e0000">✕ stale write accepted</span>')
+    marks = ('<span>▮ accepted write</span><span style="color:#1f9d55">▼ write refused by the '
+             'fence (a save, or a fence regression)</span><span style="color:#8e0000">✕ stale '
+             "write accepted</span>")
     return f"""
 <h2 id="timeline">Timeline</h2>
 <p class="small muted">Each key's holders, one lane per client worker, from grant to exit.
