@@ -154,6 +154,9 @@ def main() -> None:
 @click.option("--subnet", default=None, help="A free /24 for the cluster [default: auto].")
 @click.option("--leave-running", is_flag=True,
               help="Keep the cluster up after the run (remove it with `lockcheck cluster down`).")
+@click.option("--no-report", is_flag=True,
+              help="Write no report.html at the end (`lockcheck check` or `compare` writes "
+                   "it later); saves the plotting time in a long matrix.")
 def test(**o: Any) -> int:
     """Run a test: cluster up, clients and faults, then check the history."""
     import random
@@ -190,6 +193,7 @@ def test(**o: Any) -> int:
             delay_ms=o["delay_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
             resource=o["resource"], seed=seed,
             results_dir=o["results_dir"], leave_running=o["leave_running"],
+            report=not o["no_report"],
             subnet=o["subnet"])
         outcome = run_test(spec)
         if outcome.interrupted:
@@ -319,8 +323,11 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
               help="Nemeses, space- or comma-separated; join faults run together with + "
                    "(kill+pause) [default: none partition kill pause client-pause].")
 @click.option("--workloads", multiple=True, help="Workloads [default: mutex fenced].")
-@click.option("--test-count", type=int, default=1, show_default=True,
-              help="Runs per cell (each a separate test).")
+@click.option("--runs", "--test-count", "runs", type=int, default=1, show_default=True,
+              help="Runs per cell, each a separate test with its own seed.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only the I-th of N slices of the cells x runs (for N machines; "
+                   "`lockcheck compare` merges their results folders).")
 @click.option("--time-limit", type=float, default=30.0, show_default=True,
               help="Seconds per run.")
 @click.option("--results-dir", default="results", show_default=True,
@@ -345,25 +352,73 @@ def test_all(**o: Any) -> int:
     nemeses = split_names(o["nemeses"]) or [
         n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
     return run_test_all(backends=backends, workloads=workloads, nemeses=nemeses,
-                        count=o["test_count"], time_limit=o["time_limit"],
+                        count=o["runs"], time_limit=o["time_limit"],
                         results_dir=o["results_dir"], pass_through=_pass_through_args(o),
-                        seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr)
+                        seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr,
+                        shard_spec=o["shard"])
 
 
 @main.command()
-@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.argument("results_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Where index.html and report.md go [default: RESULTS_DIR].")
-def compare(results_dir: Path, out_dir: Path | None) -> int:
-    """Compare every run in a results folder: index.html and report.md.
+              help="Where index.html and report.md go [default: the results folder, "
+                   "when there is one].")
+@click.option("--publish", is_flag=True,
+              help="First copy each results folder into OUT/<its name>, made fit to "
+                   "publish: histories and logs compressed, the machine's paths replaced, "
+                   "one full report per cell and a short page per run.")
+@click.option("--verify", is_flag=True,
+              help="Write nothing: re-check every run's history and exit 1 naming each "
+                   "run whose published verdict differs.")
+def compare(results_dirs: tuple[Path, ...], out_dir: Path | None, publish: bool,
+            verify: bool) -> int:
+    """Compare every run in one or more results folders: index.html and report.md.
 
-    Rows are backends, columns nemeses, one table per workload; each cell links to
-    its runs' reports (written where missing)."""
+    Rows are backends, columns nemeses, one table per workload; each cell adds up its
+    runs and links to each. Several folders (the shards of one matrix) are merged, with a
+    warning where their server or client versions differ."""
     from lockcheck.results.compare import compare as build
+    from lockcheck.results.compare import load
 
-    index, md = build(results_dir, out_dir or results_dir)
+    if verify:
+        return _verify(results_dirs)
+    if out_dir is None:
+        if len(results_dirs) > 1 or publish:
+            raise BadInput("give --out: where the merged page goes")
+        out_dir = results_dirs[0]
+    dirs = list(results_dirs)
+    if publish:
+        from lockcheck.results.publish import publish as make_publishable
+
+        dirs = make_publishable(dirs, out_dir, say=lambda line: click.echo(line, err=True))
+    for w in load(dirs).warnings:
+        click.echo(f"lockcheck: warning: {w}", err=True)
+    index, md = build(dirs, out_dir, write_reports=not publish)
     click.echo(f"{index}\n{md}")
     return 0
+
+
+def _verify(dirs: tuple[Path, ...]) -> int:
+    from lockcheck.results.verify import verify
+
+    differ = n = crashed = 0
+    for root in dirs:
+        if not root.is_dir():
+            raise BadInput(f"{root}: no such results folder")
+        for r in verify(root):
+            n += 1
+            crashed += not r.verdict
+            if not r.agrees:
+                differ += 1
+                click.echo(f"{r.run_dir}: published {r.published!r}, re-checked "
+                           f"{r.rechecked!r}" + (f" ({r.note})" if r.note else ""))
+    if not n:
+        raise BadInput(f"{', '.join(map(str, dirs))}: no runs in it")
+    click.echo(f"{n - differ - crashed} of {n} runs re-checked to their published verdict"
+               + (f"; {differ} differ" if differ else "")
+               + (f"; {crashed} published no verdict (crashed before the end)"
+                  if crashed else ""))
+    return exitcodes.INVALID if differ else 0
 
 
 @main.command()

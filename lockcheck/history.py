@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import gzip
 import json
+import lzma
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -291,12 +293,20 @@ def read_history(path: str | os.PathLike[str], *, allow_truncated: bool = False)
 
 
 def read_history_full(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> ReadResult:
+    """Read a history; a `.gz` or `.xz` file (a published run's) is decompressed as it
+    is read."""
     p = Path(path)
     try:
+        if p.suffix in (".gz", ".xz"):
+            opener = gzip.open if p.suffix == ".gz" else lzma.open
+            with opener(p, "rt", encoding="utf-8", newline="") as packed:
+                return read_history_lines(packed, str(p), allow_truncated=allow_truncated)
         with p.open(encoding="utf-8", newline="") as fh:
             return read_history_lines(fh, str(p), allow_truncated=allow_truncated)
     except UnicodeDecodeError:
         raise HistoryError(p, 0, "not UTF-8 text") from None
+    except (gzip.BadGzipFile, lzma.LZMAError, EOFError) as e:
+        raise HistoryError(p, 0, f"not a readable {p.suffix[1:]} file ({e})") from None
 
 
 class HistoryWriter:

@@ -225,7 +225,7 @@ def run_test(spec: TestSpec, *, out: IO[str] = sys.stderr,
     # absolute: servers chdir into their data dirs, and their log paths must still hold
     results_root = Path(p.spec.results_dir).resolve()
     try:
-        run_dir = store.new_run_dir(results_root, p.spec.name)
+        run_dir = store.new_run_dir(results_root, p.spec.run_path, top_latest=True)
     except OSError as e:
         raise BadInput(f"cannot create the results folder under {results_root}: "
                        f"{e.strerror or e}") from None
@@ -566,9 +566,10 @@ class Run:
         store.write_json(self.run_dir / store.RESULTS, results)
         report = None
         try:  # the evidence is on disk already: a report that fails loses nothing
-            from lockcheck.results.report import write_report  # matplotlib: only now
+            if spec.report:
+                from lockcheck.results.report import write_report  # matplotlib: only now
 
-            report = write_report(self.run_dir, results=results, ops=read.ops)
+                report = write_report(self.run_dir, results=results, ops=read.ops)
         except Exception as e:
             log.exception("report failed")
             self.errors.append(f"report.html not written: {type(e).__name__}: {e}")

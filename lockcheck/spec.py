@@ -54,6 +54,7 @@ class TestSpec:
     clock_drift: float = 0.01
     results_dir: str = "results"
     leave_running: bool = False
+    report: bool = True  # report.html at the end (`lockcheck check` writes it later)
     subnet: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -61,6 +62,13 @@ class TestSpec:
     def name(self) -> str:
         workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
         return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
+
+    @property
+    def run_path(self) -> tuple[str, str, str]:
+        """Where its runs go under the results folder: backend, workload, nemesis (no
+        ambiguity when a backend's or workload's name has a dash)."""
+        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        return self.backend, workload, "+".join(self.nemesis) or "none"
 
     @property
     def fault_duration(self) -> float:

@@ -326,9 +326,12 @@ class CliResult(tuple[int, str, str, "Path | None"]):
 
 
 def _run_dirs(results_dir: Path) -> set[Path]:
+    """Run folders (<backend>/<workload>/<nemesis>/<time>) and test-all records."""
     if not results_dir.is_dir():
         return set()
-    return {p for p in results_dir.glob("*/*") if p.is_dir() and not p.is_symlink()}
+    return {p for pattern in ("*/*/*/*", "test-all/*") for p in results_dir.glob(pattern)
+            if p.is_dir() and not p.is_symlink() and p.parent.name != "cells"
+            and "test-all" not in p.parts[len(results_dir.parts):][1:]}
 
 
 class CliProcess:

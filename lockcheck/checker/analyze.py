@@ -10,7 +10,7 @@ from typing import Any
 from lockcheck.checker.api import CheckOptions, check_safe
 from lockcheck.errors import BadInput
 from lockcheck.history import Op, read_history_full
-from lockcheck.results.store import HISTORY, TEST
+from lockcheck.results.store import HISTORY, TEST, history_file
 
 
 def options_for(test: dict[str, Any], *, timeout: float | None = None,
@@ -26,7 +26,7 @@ def options_for(test: dict[str, Any], *, timeout: float | None = None,
 
 
 def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None,
-            html_dir: Path | None = None) -> dict[str, Any]:
+            html_dir: Path | None = None, metrics: bool = True) -> dict[str, Any]:
     """Run the test's checkers over a history and combine them into one verdict."""
     from lockcheck.checker.registry import CHECKERS, DEFAULT_CHECKERS
     from lockcheck.checker.verdict import run_verdict
@@ -43,7 +43,7 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
         # nothing was ever held, so nothing was tested: that is not a pass
         valid, why = "unknown", "no lock was ever acquired: nothing was tested"
     return {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
-            "checkers": results, "metrics": safe_metrics(ops, test)}
+            "checkers": results, "metrics": safe_metrics(ops, test) if metrics else {}}
 
 
 def load_test(path: Path) -> dict[str, Any]:
@@ -66,7 +66,8 @@ def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
     """Check one run directory or history file. Raises HistoryError/BadInput on bad input.
     ``initial`` (register models) is the registers' initial value."""
     t0 = time.perf_counter()
-    if fmt is None and path.is_file() and path.suffix != ".jsonl":
+    lockcheck_history = path.name.endswith((".jsonl", ".jsonl.gz", ".jsonl.xz"))
+    if fmt is None and path.is_file() and not lockcheck_history:
         from lockcheck.checker.external import infer_format
 
         fmt = infer_format(path)
@@ -77,7 +78,7 @@ def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
                               allow_truncated=allow_truncated, initial=initial)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
-    history = path / HISTORY if path.is_dir() else path
+    history = history_file(path) if path.is_dir() else path
     if not history.is_file():
         raise BadInput(f"{path}: not a run directory (no {HISTORY}) nor a history file")
     test = load_test(path)

@@ -2,9 +2,16 @@
 
 - `mutex` workload: the lock itself is on trial. Every checker decides (Jepsen's
   merge-valid: False beats "unknown" beats True).
-- `fenced` workload: the protected resource is on trial. `fencing.resource_valid`
-  decides; overlapping critical sections and duplicate fences are reported but do not
-  decide (they are why fencing exists). No fencing result means "unknown".
+- `fenced` workload: the lock and the protected resource are both on trial. A lock
+  checker (mutual exclusion, lease safety, linearizable) that failed makes the run
+  invalid, and the text says whether the lock alone failed (the resource held: no
+  stale write accepted) or the lock and the resource. The resource alone decides when
+  the lock checkers passed or could not decide: corrupted is invalid, protected is
+  valid, no fencing result or no write at it is "unknown". A backend that issues no
+  fence is said so ("no fence: the resource cannot refuse") and the lock checkers
+  decide. A *save* is a write refused from a holder that had lost the lock; a write
+  of a current holder refused because the fences went backwards is a *fence
+  regression*, counted apart (it is lost work, not a rescue).
 - `lock-set` and `settlement` workloads: the resource is on trial, and its checker
   decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
   the final set is a lost update); overlapping critical sections are reported as the
@@ -26,6 +33,10 @@ from lockcheck.exitcodes import merge_valid
 
 MUTEX = "mutual-exclusion"
 FENCING = "fencing"
+LEASE = "lease-safety"
+LINEARIZABLE = "linearizable"
+# the checkers of the lock itself: any of them failing is a failure of the lock
+LOCK_CHECKERS = (MUTEX, LEASE, LINEARIZABLE)
 LOCK_SET = "lock-set"
 
 
@@ -122,36 +133,74 @@ def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     return True, text
 
 
+def _lock_failures(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What each failed lock checker found (mutual exclusion, lease safety,
+    linearizability): any of them failing makes a fenced run invalid too."""
+    return [_failure(n, results[n]) for n in LOCK_CHECKERS
+            if n in results and results[n].get("valid") is False]
+
+
+def refusals(fe: dict[str, Any]) -> tuple[int, int]:
+    """(saves, fence regressions): writes refused from a holder that had lost the lock,
+    and writes of a current holder refused because the fences went backwards. Results
+    written before the split count every refusal as a save."""
+    saves = _count(fe, "saves")
+    if "saves_stale_holder" in fe:
+        return _count(fe, "saves_stale_holder"), _count(fe, "saves_regressed_fence")
+    return saves, 0
+
+
+def _resource_held(fe: dict[str, Any]) -> str:
+    stale = _count(fe, "stale_accepted_count", "stale_accepted")
+    saves, regressed = refusals(fe)
+    text = (f"{_n(stale, 'stale write')} accepted, "
+            f"{_n(saves, 'save')} (writes refused from a holder that had lost the lock)")
+    if regressed:
+        text += (f", {_n(regressed, 'fence regression')} (writes of a current holder "
+                 "refused because the fence went backwards: lost work)")
+    return text
+
+
 def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """The lock and the resource are both on trial: a lock checker that failed makes the
+    run invalid, and the text says whether the resource held, failed too or could not
+    refuse (no fence)."""
+    lock = _lock_failures(results)
+    lock_text = "; ".join(lock)
     fe = results.get(FENCING)
     if fe is None:
+        if lock:
+            return False, f"the lock failed (the resource was not checked): {lock_text}"
         return "unknown", "unknown: no fencing result, so nothing is known about the resource"
-    context = [c for c in (_overlaps(results.get(MUTEX)), _dups(fe)) if c]
+    context = [c for c in (None if lock else _overlaps(results.get(MUTEX)), _dups(fe)) if c]
     tail = "; " + "; ".join(context) if context else ""
     decisive = fe.get("resource_valid") if fe.get("valid") in (True, False) else "unknown"
     if decisive is False:
-        return False, _corruption(fe) + tail
+        if lock:
+            return False, f"the lock and the resource failed: {lock_text}; " \
+                          f"{_corruption(fe)}{tail}"
+        return False, f"the resource failed: {_corruption(fe)}{tail}"
+    accepted, saves = _count(fe, "accepted"), _count(fe, "saves")
+    no_fence = not accepted and not saves and _count(fe, "unfenced_rejections") > 0
+    if no_fence:
+        nf = (f"no fence: the resource cannot refuse (it refused all "
+              f"{_n(_count(fe, 'unfenced_rejections'), 'write')}, none carried a fence)")
+        if lock:
+            return False, f"the lock failed; {nf}: {lock_text}{tail}"
+        valid, text = _mutex_verdict({n: r for n, r in results.items() if n != FENCING})
+        return valid, f"{text}; {nf}"
     if decisive is not True:
+        if lock:
+            return False, f"the lock failed (the resource could not be checked): {lock_text}"
         return "unknown", _unknown_reason({FENCING: fe})
-    stale = _count(fe, "stale_accepted_count", "stale_accepted")
-    saves = _count(fe, "saves")
-    accepted = _count(fe, "accepted")
     if not accepted and not saves:
-        if _count(fe, "unfenced_rejections"):
-            return "unknown", ("unknown: the resource refused every write because none "
-                               "carried a fence (the backend issues none), so it was not "
-                               "tested" + tail)
+        if lock:
+            return False, f"the lock failed (no write reached the resource): {lock_text}"
         return "unknown", "unknown: no write reached the resource, so it was not tested" + tail
-    split = ""
-    if saves and "saves_stale_holder" in fe:
-        split = (f": {_count(fe, 'saves_stale_holder')} from a holder that had lost the lock, "
-                 f"{_count(fe, 'saves_regressed_fence')} from a current holder after the "
-                 "fences went backwards")
-    return (
-        True,
-        f"resource safe: {_n(stale, 'stale write')} accepted, "
-        f"{_n(saves, 'stale write')} rejected by the fence (saves{split})" + tail,
-    )
+    if lock:
+        return False, f"the lock failed, the resource held: {lock_text}; " \
+                      f"{_resource_held(fe)}{tail}"
+    return True, f"resource safe: {_resource_held(fe)}{tail}"
 
 
 def _decided_by(name: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:

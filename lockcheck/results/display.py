@@ -40,7 +40,8 @@ class RunStatus:
     faults: int
     active: tuple[str, ...]  # descriptions of the faults active now
     violations: int  # an estimate while running (LiveStats); the checkers decide
-    saves: int = 0  # stale writes the fenced resource rejected so far
+    saves: int = 0  # writes the fenced resource refused so far (saves or fence regressions:
+    # only the checker at the end tells them apart)
 
 
 class RunDisplay(Protocol):
@@ -65,7 +66,7 @@ def _console(out: IO[str]) -> Console:
 def status_line(title: str, s: RunStatus) -> str:
     bt = s.by_type
     active = ", ".join(s.active) if s.active else "none"
-    saves = f" | saves {s.saves}" if s.saves else ""
+    saves = f" | writes refused {s.saves}" if s.saves else ""
     return (f"{title} [{s.elapsed_s:5.1f}s/{s.time_limit_s:g}s] {s.phase} | ops {s.ops} "
             f"(ok {bt.get('ok', 0)}, fail {bt.get('fail', 0)}, info {bt.get('info', 0)}) | "
             f"faults {s.faults} (active: {active}) | violations so far {s.violations}{saves}")
@@ -115,7 +116,7 @@ class LiveRunDisplay:
         active = Text(", ".join(s.active), style="bold yellow") if s.active else Text("none")
         grid.add_row("faults", Text.assemble(f"{s.faults} injected, active: ", active))
         vs = Text(str(s.violations), style="bold red" if s.violations else "green")
-        tail = f"   saves so far {s.saves}" if s.saves else ""
+        tail = f"   writes refused so far {s.saves}" if s.saves else ""
         grid.add_row("violations", Text.assemble(vs, " so far (estimate)", tail))
         return Panel(grid, title=self.title, title_align="left", border_style="blue")
 

@@ -3,7 +3,10 @@
 Each run is its own process, so a crash or a hang of one cannot take the matrix
 down; its output goes to a log file. The matrix is recorded as it goes in
 `<results>/test-all/<timestamp>/matrix.json` (with the logs in `cells/`), so a
-matrix that was itself interrupted still says what ran. A run's verdict comes from
+matrix that was itself interrupted still says what ran. Every run gets an explicit
+seed (recorded there and in its test.json). `--shard I/N` runs the I-th of N
+deterministic slices of the cells x runs, so N machines together run the whole
+matrix and `lockcheck compare` merges their folders. A run's verdict comes from
 its exit code (0 safe, 1 unsafe, 2 unknown, 254 refused, anything else an error) and
 from its results.json when it wrote one.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -50,7 +54,7 @@ class Cell:
     backend: str
     workload: str
     nemesis: str  # one nemesis, or several joined by "+" (run together)
-    run: int = 1  # 1..test-count
+    run: int = 1  # 1..runs
 
     @property
     def name(self) -> str:
@@ -65,6 +69,25 @@ def plan(backends: Sequence[str], workloads: Sequence[str], nemeses: Sequence[st
     """Backend by backend (a new cluster kind once), each workload, each nemesis."""
     return [Cell(b, w, n, r) for b in backends for w in workloads for n in nemeses
             for r in range(1, count + 1)]
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """`--shard 2/3` -> (2, 3); None -> (1, 1)."""
+    if text is None:
+        return 1, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BadInput(f"--shard {text!r}: expected I/N, for example 1/2") from None
+    if not 1 <= i <= n:
+        raise BadInput(f"--shard {text!r}: I must be between 1 and N")
+    return i, n
+
+
+def shard(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
+    """The index-th (1-based) of count slices: every count-th item of the plan, so each
+    slice gets a share of every backend and the slices together are the plan."""
+    return [c for k, c in enumerate(cells) if k % count == index - 1]
 
 
 def known_names() -> tuple[set[str], set[str], set[str]]:
@@ -109,11 +132,11 @@ class CellResult:
     valid: Any = None
     summary: str = ""
     command: list[str] = field(default_factory=list)
+    seed: int | None = None
 
 
 def _run_dirs(root: Path) -> set[Path]:
-    return {p.parent for p in root.glob(f"*/*/{store.TEST}")
-            if not p.parent.is_symlink() and p.parent.parent.name != MATRIX_DIR}
+    return set(store.run_dirs(root))
 
 
 def _find_run_dir(root: Path, before: set[Path], cell: Cell) -> Path | None:
@@ -152,21 +175,30 @@ class Matrix:
     pass_through: list[str]
     seed: int | None = None
     cell_timeout: float | None = None
+    shard: tuple[int, int] = (1, 1)
+    seeds: dict[Cell, int] = field(default_factory=dict)
     results: list[CellResult] = field(default_factory=list)
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
+    def seed_of(self, cell: Cell) -> int:
+        """With --seed, that seed + run - 1 (the same for every cell); without, a random
+        one per run. Either way it is passed to the run, so it is recorded."""
+        if cell not in self.seeds:
+            self.seeds[cell] = (self.seed + cell.run - 1 if self.seed is not None
+                                else random.randrange(2**31))
+        return self.seeds[cell]
+
     def command(self, cell: Cell) -> list[str]:
-        argv = [sys.executable, "-m", "lockcheck.cli", "test", "--backend", cell.backend,
+        return [sys.executable, "-m", "lockcheck.cli", "test", "--backend", cell.backend,
                 "--workload", cell.workload, "--nemesis", cell.nemesis.replace("+", ","),
                 "--time-limit", f"{self.time_limit:g}", "--results-dir", str(self.root),
-                *self.pass_through]
-        if self.seed is not None:
-            argv += ["--seed", str(self.seed + cell.run - 1)]
-        return argv
+                *self.pass_through, "--seed", str(self.seed_of(cell))]
 
     def save(self, exit_code: int | None = None) -> None:
         data = {"started": self.started, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "argv": sys.argv, "time_limit": self.time_limit, "test_count": self.count,
+                # the command as typed, without the path it was installed at
+                "argv": ["lockcheck", *sys.argv[1:]], "time_limit": self.time_limit,
+                "runs": self.count, "shard": f"{self.shard[0]}/{self.shard[1]}",
                 "pass_through": self.pass_through, "seed": self.seed,
                 "backends": sorted({c.backend for c in self.cells}, key=self._order("backend")),
                 "workloads": sorted({c.workload for c in self.cells},
@@ -186,12 +218,13 @@ class Matrix:
         argv = self.command(cell)
         result = CellResult(cell.backend, cell.workload, cell.nemesis, cell.run, "error",
                             log=os.path.relpath(log, self.root),
-                            command=["lockcheck", *argv[3:]])
+                            command=["lockcheck", *_relative(argv[3:], self.root)],
+                            seed=self.seed_of(cell))
         before = _run_dirs(self.root)
         t0 = time.monotonic()
         timeout = self.cell_timeout or self.time_limit * 2 + 300
         with log.open("wb") as fh:
-            fh.write(("$ lockcheck " + " ".join(argv[3:]) + "\n").encode())
+            fh.write(("$ " + " ".join(result.command) + "\n").encode())
             fh.flush()
             # its own session: a Ctrl-C at the terminal reaches test-all, which then asks
             # the running test to stop (and waits for its teardown)
@@ -255,6 +288,12 @@ class Matrix:
         return code
 
 
+def _relative(argv: Sequence[str], root: Path) -> list[str]:
+    """The results folder as `.` in a recorded command: a published record names no
+    path of the machine that made it."""
+    return ["." if a == str(root) else a for a in argv]
+
+
 def _last_line(log: Path) -> str:
     try:
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
@@ -279,10 +318,12 @@ def exit_code(statuses: Sequence[str], interrupted: bool = False) -> int:
 
 def run_test_all(*, backends: Sequence[str], workloads: Sequence[str], nemeses: Sequence[str],
              count: int, time_limit: float, results_dir: Path, pass_through: list[str],
-             seed: int | None, cell_timeout: float | None, out: IO[str]) -> int:
+             seed: int | None, cell_timeout: float | None, out: IO[str],
+             shard_spec: str | None = None) -> int:
     validate(backends, workloads, nemeses)
     if count < 1:
-        raise BadInput("--test-count must be at least 1")
+        raise BadInput("--runs must be at least 1")
+    part = parse_shard(shard_spec)
     if time_limit <= 0:
         raise BadInput("--time-limit must be positive")
     root = results_dir.resolve()
@@ -291,8 +332,9 @@ def run_test_all(*, backends: Sequence[str], workloads: Sequence[str], nemeses: 
     except OSError as e:
         raise BadInput(f"cannot create the results folder under {root}: "
                        f"{e.strerror or e}") from None
-    m = Matrix(root, record_dir, plan(backends, workloads, nemeses, count), time_limit, count,
-               pass_through, seed, cell_timeout)
+    cells = shard(plan(backends, workloads, nemeses, count), *part)
+    m = Matrix(root, record_dir, cells, time_limit, count, pass_through, seed, cell_timeout,
+               part)
     code = m.run(out)
     counts: dict[str, int] = {}
     for r in m.results:

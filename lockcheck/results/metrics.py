@@ -17,8 +17,10 @@ returns plain JSON data (`results.json["metrics"]`):
   clock); a holder paused past its TTL shows up here;
 - `availability`: the share of acquire attempts that were granted (`share`), the
   share the service answered definitely (`answered`: granted or busy, not an error
-  or a timeout), and grants per second: overall, in the time with no fault active,
-  and while each fault was active (by the attempt's invoke time; results/faults.py).
+  or a timeout; a blocking acquire whose wait ran out while another process held the
+  key counts as busy, as a try-lock's refusal does), and grants per second: overall,
+  in the time with no fault active, and while each fault was active (by the attempt's
+  invoke time; results/faults.py).
 
 Percentiles are pandas' (linear interpolation between closest ranks). Latencies are
 milliseconds, rounded to microseconds.
@@ -26,13 +28,14 @@ milliseconds, rounded to microseconds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from lockcheck.checker.intervals import critical_sections
+from lockcheck.checker.intervals import Section, critical_sections
 from lockcheck.history import Op, pair_ops
 from lockcheck.results.faults import FaultWindow, fault_windows, merged
 
@@ -78,6 +81,31 @@ def lock_frame(ops: Sequence[Op]) -> pd.DataFrame:
                      (done.error if done is not None else None) or "", _ttl(inv.value)))
     return pd.DataFrame(rows, columns=["f", "key", "process", "worker", "t0", "t1", "type",
                                        "error", "ttl_ms"])
+
+
+# how a blocking acquire (etcd's Lock) says that its wait ran out without a grant
+WAIT_ENDED = ("no grant in time",)
+
+
+def mark_busy_waits(acq: pd.DataFrame, sections: Sequence[Section]) -> pd.DataFrame:
+    """A blocking acquire whose wait ended without a grant while another process held
+    the key was answered: the lock was busy. Its error becomes "busy" (as a try-lock's
+    refusal is), so that contention is not counted as the service failing to answer."""
+    waited = (acq["type"] == "fail") & acq["error"].str.startswith(WAIT_ENDED)
+    if not waited.any():
+        return acq
+    held: dict[Any, list[tuple[int, float, str]]] = {}
+    for s in sections:
+        held.setdefault(s.key, []).append((s.start, math.inf if s.open else s.end,
+                                           str(s.process)))
+    busy = []
+    for i, row in acq[waited].iterrows():
+        if any(p != row["process"] and start < row["t1"] and row["t0"] < end
+               for start, end, p in held.get(row["key"], ())):
+            busy.append(i)
+    out = acq.copy()
+    out.loc[busy, "error"] = "busy"
+    return out
 
 
 def _in_spans(t: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
@@ -168,7 +196,8 @@ def _lease_overruns(ops: Sequence[Op], lock: pd.DataFrame, default_ttl: float,
 def compute_metrics(ops: Sequence[Op], test: Mapping[str, Any]) -> dict[str, Any]:
     """The metrics of one history (see the module doc); JSON-able."""
     lock = lock_frame(ops)
-    acq = lock[lock["f"] == "acquire"]
+    sections = critical_sections(ops)
+    acq = mark_busy_waits(lock[lock["f"] == "acquire"], sections)
     ren = lock[lock["f"] == "renew"]
     windows = fault_windows(ops)
     times = [o.time for o in ops]
@@ -182,7 +211,6 @@ def compute_metrics(ops: Sequence[Op], test: Mapping[str, Any]) -> dict[str, Any
     attempts, grants = len(acq), int(granted.sum())
     busy = int(((acq["type"] == "fail") & (acq["error"] == "busy")).sum())
 
-    sections = critical_sections(ops)
     closed = [(s.end - s.start) / MS for s in sections if not s.open]
     reasons: dict[str, int] = {}
     for s in sections:

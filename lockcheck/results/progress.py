@@ -125,9 +125,12 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
         if not r.get("accepted", 0) and not r.get("rejected", 0):
             return (f"no resource writes; tokens: {r.get('duplicate_fence_count', 0)} dup, "
                     f"{r.get('regression_count', 0)} regressions")
+        from lockcheck.checker.verdict import refusals
+
+        saves, regressed = refusals(r)
         return (f"{resource}: {r.get('stale_accepted_count', 0)} stale accepted, "
-                f"{r.get('saves', 0)} saves ({r.get('saves_stale_holder', 0)} stale holder); "
-                f"tokens: {r.get('duplicate_fence_count', 0)} dup, "
+                f"{saves} saves (stale holder refused), {regressed} refused after the fence "
+                f"went backwards; tokens: {r.get('duplicate_fence_count', 0)} dup, "
                 f"{r.get('regression_count', 0)} regressions")
     if name == "lease-safety" and "certificates" in r:
         return (f"{r.get('violation_count', 0)} grants while a lease was provably valid "

@@ -21,6 +21,7 @@ import numpy as np
 from lockcheck import __version__
 from lockcheck.checker.analyze import analyze, load_test
 from lockcheck.checker.intervals import critical_sections
+from lockcheck.checker.verdict import refusals
 from lockcheck.errors import BadInput
 from lockcheck.history import Op, read_history_full
 from lockcheck.results import plots, store
@@ -72,7 +73,8 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
     me, fe, ls = ch.get("mutual-exclusion"), ch.get("fencing"), ch.get("lease-safety")
     overlaps = _count(me, "violation_count")
     keys = len((me or {}).get("keys") or {})
-    saves, stale = _count(fe, "saves"), _count(fe, "stale_accepted_count")
+    saves, regressed = refusals(fe or {})
+    stale = _count(fe, "stale_accepted_count")
     interleaved = _count(fe, "interleaved_count")
     workload = str(test.get("workload", results.get("workload", "mutex")))
     resource = str(test.get("resource", "fenced"))
@@ -91,18 +93,22 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
             out.append(f"{lead} <b>{_n(stale + interleaved, 'stale write')} reached the "
                        f"resource</b> ({resource} resource): the overlap corrupted the data.")
         elif saves:
-            out.append(f"{lead} <b>The resource rejected {_n(saves, 'stale write')} by their "
-                       "fence and accepted none</b>: the fence checked at the write path kept "
-                       "the data safe"
+            out.append(f"{lead} <b>The resource refused {_n(saves, 'write')} from a holder "
+                       "that had lost the lock (saves) and accepted no stale write</b>: the "
+                       "fence checked at the write path kept the data safe"
                        + (" where the lock alone did not." if overlaps else "."))
-            split = _count(fe, "saves_stale_holder")
-            if "saves_stale_holder" in (fe or {}):
-                out.append(f"Of the saves, {split:,} came from a holder that had lost the lock "
-                           f"and {saves - split:,} from a current holder after the lock "
-                           "service's fences went backwards (safe, but that work was lost).")
         elif lead:
             out.append(f"{lead} No stale write reached the resource.")
-    elif lead:
+    if workload == "fenced" and regressed:
+        out.append(f"<b>{_n(regressed, 'write')} of a current holder "
+                   f"{'was' if regressed == 1 else 'were'} refused because the fence went "
+                   "backwards</b> (fence regressions: the service's counter restarted "
+                   "lower): not a save; that work was lost, an outage of the resource.")
+    if workload == "fenced" and _count(fe, "unfenced_rejections") and not \
+            _count(fe, "accepted") and not saves:
+        out.append("No fence: the backend issues no fence token, so the resource cannot "
+                   "refuse a stale write; it refused every write instead.")
+    if workload != "fenced" and lead:
         tail = (" Nothing in this workload checks a fence, so each overlap is a chance of a "
                 "double write; run it with <code>--workload fenced</code> to see whether a "
                 "fenced resource catches it." if overlaps else "")
@@ -143,8 +149,12 @@ def _tiles(results: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
     ]
     if fe is not None and (_count(fe, "accepted") or _count(fe, "rejected")):
         stale = _count(fe, "stale_accepted_count") + _count(fe, "interleaved_count")
-        tiles.append((f"{_count(fe, 'saves'):,}", "stale writes the fence rejected (saves)",
-                      "good" if _count(fe, "saves") else ""))
+        saves, regressed = refusals(fe)
+        tiles.append((f"{saves:,}", "saves: writes refused from a holder that had lost the lock",
+                      "good" if saves else ""))
+        if regressed:
+            tiles.append((f"{regressed:,}", "fence regressions: current holders' writes "
+                          "refused because the fence went backwards", "bad"))
         tiles.append((f"{stale:,}", "stale writes the resource accepted",
                       "bad" if stale else "good"))
     ew = metrics.get("expiries_while_working") or {}
@@ -255,12 +265,15 @@ def _options(test: Mapping[str, Any]) -> str:
 
 def _files(run_dir: Path, html_links: Sequence[Path]) -> str:
     items: list[tuple[str, str]] = []
-    for name, what in ((store.HISTORY, "every operation"), (store.RESULTS, "checker results"),
+    for name, what in ((store.HISTORY, "every operation"),
+                       (store.RESULTS, "checker results"),
                        (store.TEST, "options and versions"),
                        (store.RESOURCE, "the protected resource's writes"),
                        (store.LOG, "the controller's log")):
-        if (run_dir / name).exists():
-            items.append((name, what))
+        # a published run has them compressed (`lockcheck check` reads the history so)
+        for packed, how in (("", ""), (".xz", " (xz)"), (".gz", " (gzip)")):
+            if (run_dir / (name + packed)).exists():
+                items.append((name + packed, what + how))
     for sub, what in (("nodes", "server log"), ("workers", "client worker log")):
         d = run_dir / sub
         if d.is_dir():
@@ -327,8 +340,9 @@ def _timeline_section(tl: Mapping[str, Any]) -> str:
     faults = "".join(f'<span><span class="sw" style="background:{c};opacity:.45"></span>'
                      f"{esc(n)}</span>" for n, c in zip(tl["fault_names"], tl["fault_colors"],
                                                         strict=True))
-    marks = ('<span>▮ accepted write</span><span style="color:#1f9d55">▼ write rejected by the '
-             'fence (save)</span><span style="color:#8e0000">✕ stale write accepted</span>')
+    marks = ('<span>▮ accepted write</span><span style="color:#1f9d55">▼ write refused by the '
+             'fence (a save, or a fence regression)</span><span style="color:#8e0000">✕ stale '
+             "write accepted</span>")
     return f"""
 <h2 id="timeline">Timeline</h2>
 <p class="small muted">Each key's holders, one lane per client worker, from grant to exit.
@@ -345,7 +359,7 @@ out); ctrl + wheel zooms; click the strip above to jump.</p>
 
 
 def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
-                  results: Mapping[str, Any]) -> str:
+                  results: Mapping[str, Any], *, with_plots: bool = True) -> str:
     """The page as a string (see write_report)."""
     metrics = results.get("metrics")
     if not isinstance(metrics, dict) or "error" in metrics:
@@ -359,7 +373,8 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
     figs = [plots.latency_over_time(acq, windows, colors), plots.latency_distribution(acq),
             plots.throughput(acq, windows, colors, t_end),
             plots.hold_times(sections, windows, colors, metrics.get("ttl_ms")),
-            plots.availability_bars(metrics.get("availability") or {}, colors)]
+            plots.availability_bars(metrics.get("availability") or {}, colors)] \
+        if with_plots else []
     tl = timeline_data(ops, results, windows, colors, sections)
     lin_html = _linearizable_html(run_dir, ops, test, results)
 
@@ -375,7 +390,10 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
                      f"linearizability visualization{more}</a>")
     figures = "".join(f'<figure id="plot-{f.id}"><h3>{esc(f.title)}</h3><img alt="{esc(f.title)}"'
                       f' src="data:image/png;base64,{f.png_base64}"><figcaption>'
-                      f"{esc(f.caption)}</figcaption></figure>" for f in figs)
+                      f"{esc(f.caption)}</figcaption></figure>" for f in figs) \
+        if with_plots else ("<p class=\"muted\">The plots are left out of this published copy "
+                            "to keep it small: <code>lockcheck check</code> on this folder "
+                            "draws them.</p>")
     problems = "".join(f'<p class="muted small">warning: {esc(e)}</p>'
                        for e in results.get("errors") or [])
     if results.get("failure"):
@@ -414,7 +432,7 @@ by lockcheck {esc(__version__)} at {esc(time.strftime("%Y-%m-%d %H:%M:%S %z"))}.
 
 
 def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
-                 ops: list[Op] | None = None) -> Path:
+                 ops: list[Op] | None = None, with_plots: bool = True) -> Path:
     """Write `run_dir/report.html` and return its path.
 
     `results` and `ops` save a second read when the caller has them (the end of a run,
@@ -426,11 +444,12 @@ def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
         raise BadInput(f"{run_dir}: not a run directory (no {store.HISTORY})")
     test = load_test(run_dir)
     if ops is None:
-        ops = read_history_full(run_dir / store.HISTORY, allow_truncated=True).ops
+        ops = read_history_full(store.history_file(run_dir), allow_truncated=True).ops
     if results is None:
         results = load_results(run_dir, ops, test)
     out = run_dir / REPORT
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_report(run_dir, test, ops, results), encoding="utf-8")
+    tmp.write_text(render_report(run_dir, test, ops, results, with_plots=with_plots),
+                   encoding="utf-8")
     os.replace(tmp, out)
     return out

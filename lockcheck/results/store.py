@@ -1,8 +1,11 @@
-"""results/<test name>/<timestamp>/ with test.json, history.jsonl, results.json, logs.
+"""results/<backend>/<workload>/<nemesis>/<timestamp>/ with test.json, history.jsonl,
+results.json, logs.
 
 Written in three steps as Jepsen does: test.json when the run starts, the history
-while it runs, results.json at the end. A `latest` link per test name points at the
-newest run.
+while it runs, results.json at the end. A `latest` link beside the runs of one
+backend, workload and nemesis points at the newest of them, and `results/latest` at
+the newest run of all. A published run keeps its history compressed
+(`history.jsonl.xz` or `.gz`); everything that reads a run reads any of them.
 """
 
 from __future__ import annotations
@@ -10,18 +13,28 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 HISTORY = "history.jsonl"
+HISTORY_GZ = "history.jsonl.gz"
+HISTORY_XZ = "history.jsonl.xz"
+# a published run's history, compressed: xz (the smallest), or gzip
+PACKED_HISTORIES = (HISTORY_XZ, HISTORY_GZ)
+LATEST = "latest"
 TEST = "test.json"
 RESULTS = "results.json"
 LOG = "lockcheck.log"
 RESOURCE = "resource.jsonl"
 
 
-def new_run_dir(root: Path, test_name: str) -> Path:
-    base = root / test_name
+def new_run_dir(root: Path, test_name: str | Sequence[str], *,
+                top_latest: bool = False) -> Path:
+    """A new timestamped folder under root/<test_name parts>; `latest` beside it points
+    at it (and root/latest too with top_latest)."""
+    parts = [test_name] if isinstance(test_name, str) else list(test_name)
+    base = root.joinpath(*parts)
     base.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime())
     d = base / stamp
@@ -30,12 +43,18 @@ def new_run_dir(root: Path, test_name: str) -> Path:
         d = base / f"{stamp}-{n}"
         n += 1
     d.mkdir()
-    link = base / "latest"
-    tmp = base / f".latest-{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(d.name)
-    os.replace(tmp, link)
+    _link(base / LATEST, d.name)
+    if top_latest:
+        _link(root / LATEST, os.path.relpath(d, root))
     return d
+
+
+def _link(link: Path, target: str) -> None:
+    """Point link at target (relative), atomically: a reader never finds it missing."""
+    tmp = link.parent / f".latest-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -44,5 +63,25 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def history_file(run_dir: Path) -> Path:
+    """The run's history: history.jsonl, or a published run's compressed one."""
+    for name in (HISTORY, *PACKED_HISTORIES):
+        if (run_dir / name).exists():
+            return run_dir / name
+    return run_dir / HISTORY
+
+
 def is_run_dir(path: Path) -> bool:
-    return path.is_dir() and (path / HISTORY).exists()
+    return path.is_dir() and history_file(path).exists()
+
+
+def run_dirs(root: Path) -> Iterator[Path]:
+    """Run folders under root (test.json beside a history or results.json), without
+    following symlinks (`latest` is one)."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        if TEST in filenames and any(n in filenames for n in (HISTORY, RESULTS,
+                                                                *PACKED_HISTORIES)):
+            dirnames[:] = []
+            yield Path(dirpath)
+        else:
+            dirnames.sort()

@@ -99,25 +99,43 @@ def test_no_results_is_unknown() -> None:
 # -- fenced --------------------------------------------------------------------------------
 
 
-def test_fenced_safe_despite_overlaps_and_duplicates() -> None:
+def test_fenced_lock_failed_resource_held() -> None:
+    # overlaps are a failure of the lock even where the fence kept the resource safe
     valid, text = run_verdict(
         "fenced",
         {"mutual-exclusion": me(violations=3, keys=1), "fencing": fe(saves=41, dups=1)},
     )
-    assert valid is True
+    assert valid is False
     assert text == (
-        "resource safe: 0 stale writes accepted, 41 stale writes rejected by the fence "
-        "(saves); 3 overlapping critical sections on 1 key; 1 duplicate fence token granted"
+        "the lock failed, the resource held: mutual exclusion violated: 3 overlapping "
+        "critical sections on 1 key; 0 stale writes accepted, 41 saves (writes refused "
+        "from a holder that had lost the lock); 1 duplicate fence token granted"
     )
+
+
+def test_fenced_lease_safety_or_linearizability_failing_is_a_lock_failure() -> None:
+    for name in ("lease-safety", "linearizable"):
+        valid, text = run_verdict("fenced", {"mutual-exclusion": me(), "fencing": fe(saves=1),
+                                             name: {"valid": False}})
+        assert valid is False and text.startswith("the lock failed, the resource held: "
+                                                  f"{name} failed"), text
 
 
 def test_fenced_safe_without_overlaps() -> None:
     valid, text = run_verdict("fenced", {"mutual-exclusion": me(), "fencing": fe(saves=1)})
     assert valid is True
     assert text == (
-        "resource safe: 0 stale writes accepted, 1 stale write rejected by the fence "
-        "(saves); no overlapping critical sections"
+        "resource safe: 0 stale writes accepted, 1 save (writes refused from a holder that "
+        "had lost the lock); no overlapping critical sections"
     )
+
+
+def test_fence_regressions_are_not_saves() -> None:
+    f = {**fe(saves=223), "saves_stale_holder": 0, "saves_regressed_fence": 223}
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(violations=2), "fencing": f})
+    assert valid is False
+    assert "0 saves" in text and "223 fence regressions" in text
+    assert "fence went backwards" in text
 
 
 def test_fenced_corrupted_by_interleaving() -> None:
@@ -126,8 +144,9 @@ def test_fenced_corrupted_by_interleaving() -> None:
     )
     assert valid is False
     assert text == (
-        "resource corrupted: 5 writes accepted from an overlapping older holder; "
-        "2 overlapping critical sections on 1 key"
+        "the lock and the resource failed: mutual exclusion violated: 2 overlapping "
+        "critical sections on 1 key; resource corrupted: 5 writes accepted from an "
+        "overlapping older holder"
     )
 
 
@@ -135,20 +154,34 @@ def test_fenced_corrupted_by_stale_writes() -> None:
     valid, text = run_verdict("fenced", {"fencing": fe(stale=4, interleaved=1)})
     assert valid is False
     assert text == (
-        "resource corrupted: 1 write accepted from an overlapping older holder; "
-        "4 stale writes accepted (fence not above the highest)"
+        "the resource failed: resource corrupted: 1 write accepted from an overlapping "
+        "older holder; 4 stale writes accepted (fence not above the highest)"
     )
 
 
-def test_fenced_without_fencing_result_is_unknown() -> None:
-    valid, text = run_verdict("fenced", {"mutual-exclusion": me(violations=1)})
+def test_fenced_without_fencing_result() -> None:
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me()})
     assert valid == "unknown"
     assert "no fencing result" in text
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(violations=1)})
+    assert valid is False and text.startswith("the lock failed (the resource was not checked)")
 
 
-def test_fenced_with_a_crashed_fencing_checker_is_unknown() -> None:
-    valid, _ = run_verdict("fenced", {"mutual-exclusion": me(violations=1), "fencing": UNKNOWN})
+def test_fenced_with_a_crashed_fencing_checker() -> None:
+    valid, _ = run_verdict("fenced", {"mutual-exclusion": me(), "fencing": UNKNOWN})
     assert valid == "unknown"
+    valid, _ = run_verdict("fenced", {"mutual-exclusion": me(violations=1), "fencing": UNKNOWN})
+    assert valid is False
+
+
+def test_fenced_without_a_fence_says_the_resource_cannot_refuse() -> None:
+    nf = {**fe(accepted=0, fenced=0), "unfenced_rejections": 12}
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(violations=2), "fencing": nf})
+    assert valid is False
+    assert text.startswith("the lock failed; no fence: the resource cannot refuse")
+    valid, text = run_verdict("fenced", {"mutual-exclusion": me(), "fencing": nf})
+    assert valid is True and "no fence: the resource cannot refuse" in text
+    assert "unknown" not in text
 
 
 def test_fenced_another_checker_unknown_does_not_decide() -> None:
@@ -157,8 +190,8 @@ def test_fenced_another_checker_unknown_does_not_decide() -> None:
     assert run_verdict("fenced", {"fencing": fe(stale=1), "lease-safety": UNKNOWN})[0] is False
 
 
-def test_fenced_other_checker_false_does_not_decide() -> None:
-    assert run_verdict("fenced", {"fencing": fe(), "lease-safety": {"valid": False}})[0] is True
+def test_fenced_a_checker_of_the_resource_false_beside_a_safe_resource() -> None:
+    assert run_verdict("fenced", {"fencing": fe(), "lock-set": {"valid": False}})[0] is True
 
 
 def test_fenced_without_writes_is_unknown_not_safe() -> None:
@@ -192,10 +225,10 @@ def test_end_to_end_paused_holder_saved_by_the_fence() -> None:
     }
     assert results["mutual-exclusion"]["valid"] is False
     valid, text = run_verdict("fenced", results)
-    assert valid is True
+    assert valid is False
     assert text == (
-        "resource safe: 0 stale writes accepted, 1 stale write rejected by the fence "
-        "(saves: 1 from a holder that had lost the lock, 0 from a current holder after the "
-        "fences went backwards); 1 overlapping critical section on 1 key"
+        "the lock failed, the resource held: mutual exclusion violated: 1 overlapping "
+        "critical section on 1 key; 0 stale writes accepted, 1 save (writes refused from a "
+        "holder that had lost the lock)"
     )
     assert run_verdict("mutex", results)[0] is False

@@ -19,7 +19,9 @@ def test_relative_default_results_dir(tmp_path: Path) -> None:
                         "--time-limit", "3"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120, start_new_session=True)
     assert r.returncode == 0, r.stderr
-    run = tmp_path / "results" / "redis-mutex-none" / "latest"
+    run = tmp_path / "results" / "redis" / "mutex" / "none" / "latest"
+    # results/latest is the newest run of all
+    assert (tmp_path / "results" / "latest").resolve() == run.resolve()
     assert json.loads((run / "results.json").read_text())["valid"] is True
     assert "Ready to accept connections" in (run / "nodes" / "n1" / "redis.log").read_text()
     rid = json.loads((run / "test.json").read_text())["run_id"]

@@ -79,7 +79,9 @@ def test_client_pause_gives_overlapping_critical_sections(module_cli: Any,
 def test_create_revision_fences_stop_the_paused_writer(module_cli: Any,
                                                        runs: dict[str, Any]) -> None:
     r = runs["pause_fenced"]
-    assert r.code == 0, r.explain()
+    # a stale holder wrote: the lock failed (invalid), and the resource held
+    assert r.code == 1, r.explain()
+    assert r.results()["summary"].startswith("the lock failed, the resource held")
     fe = r.results()["checkers"]["fencing"]
     assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0, fe
     assert fe["saves_stale_holder"] > 0, fe  # the woken holder's write was refused

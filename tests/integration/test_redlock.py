@@ -8,8 +8,9 @@ Five runs start at once (each has its own run id and subnet) and the tests look 
   delayed past the TTL (antirez's delayed restarts) nobody is granted twice;
 * a holder paused past its TTL (client-pause) overlaps the next holder (mutex
   workload); with `redlock-fenced` and the fenced workload the resource rejects the
-  paused holder's stale write; with plain `redlock` (no fence) the fenced resource
-  rejects every write, stale or not.
+  paused holder's stale write (the lock failed, the resource held: invalid, said so);
+  with plain `redlock` (no fence) the fenced resource rejects every write, stale or
+  not, and the run says the resource cannot refuse.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def test_a_paused_holder_overlaps_the_next(runs: dict[str, Any]) -> None:
 
 def test_the_fenced_resource_rejects_the_paused_holder(runs: dict[str, Any]) -> None:
     r = runs["pause_fenced"]
-    assert r.code == 0, r.explain()
+    assert r.code == 1, r.explain()  # the lock failed: invalid, though the resource held
+    assert r.results()["summary"].startswith("the lock failed, the resource held: ")
     fe = checkers(r)["fencing"]
     assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0
     assert fe["saves"] > 0 and fe["accepted"] > 0, fe
@@ -120,13 +122,18 @@ def test_the_fenced_resource_rejects_the_paused_holder(runs: dict[str, Any]) -> 
 def test_without_a_fence_the_fenced_resource_rejects_every_write(
         runs: dict[str, Any]) -> None:
     r = runs["pause_no_fence"]
-    assert r.code == 2, r.explain()  # nothing reached the resource's decision: unknown
+    # the lock failed (the overlap), and the resource could not have helped: it has no
+    # fence to order writes by
+    assert r.code == 1, r.explain()
+    assert checkers(r)["mutual-exclusion"]["valid"] is False
     fe = checkers(r)["fencing"]
     assert fe["accepted"] == 0 and fe["rejected"] == fe["unfenced_rejections"] > 0, fe
     assert fe["saves"] == 0
     recs = [json.loads(x) for x in (r.run_dir / "resource.jsonl").read_text().splitlines()]
     assert recs and all(x["fence"] is None and not x["accepted"] for x in recs)
-    assert "none carried a fence" in r.results()["summary"]
+    summary = r.results()["summary"]
+    assert summary.startswith("the lock failed; no fence: the resource cannot refuse"), summary
+    assert "none carried a fence" in summary
 
 
 def test_logs_and_versions(runs: dict[str, Any]) -> None:

@@ -136,7 +136,7 @@ def test_default_client_stops_its_section_when_it_resumes(
 
 def test_czxid_fences_refuse_the_stale_writer(runs: dict[str, Any]) -> None:
     r = runs["no_listener_fenced"]
-    assert r.code == 0, r.explain()
+    assert r.code == 1, r.explain()  # the lock failed (invalid); the resource held
     res = r.results()
     fe = res["checkers"]["fencing"]
     assert fe["resource_valid"] is True
@@ -144,7 +144,7 @@ def test_czxid_fences_refuse_the_stale_writer(runs: dict[str, Any]) -> None:
     assert fe["saves_stale_holder"] > 0, fe
     assert fe["duplicate_fence_count"] == 0 and fe["regression_count"] == 0
     assert res["checkers"]["mutual-exclusion"]["valid"] is False  # the lock itself failed
-    assert res["summary"].startswith("resource safe")
+    assert res["summary"].startswith("the lock failed, the resource held")
 
 
 def test_the_minority_side_of_a_partition_never_grants(runs: dict[str, Any]) -> None:

@@ -25,7 +25,9 @@ def one_line(stderr: str) -> str:
 def test_check_writes_the_report(cli: Any, fenced_run: Path, tmp_path: Path) -> None:
     d = copy_run(fenced_run, tmp_path)
     r = cli("check", "--json", d)
-    assert r.code == 0, r.explain()  # fenced, resource safe
+    # fenced: the lock failed (overlaps, lease-safety), the resource held: invalid
+    assert r.code == 1, r.explain()
+    assert "the lock failed, the resource held" in json.loads(r.stdout)["summary"]
     assert (d / "report.html").is_file()
     out = json.loads(r.stdout)
     assert out["report"] == str(d / "report.html")
@@ -35,7 +37,7 @@ def test_check_writes_the_report(cli: Any, fenced_run: Path, tmp_path: Path) -> 
 def test_check_no_report(cli: Any, fenced_run: Path, tmp_path: Path) -> None:
     d = copy_run(fenced_run, tmp_path)
     r = cli("check", "--no-report", d)
-    assert r.code == 0, r.explain()
+    assert r.code == 1, r.explain()
     assert not (d / "report.html").exists()
 
 
@@ -43,7 +45,7 @@ def test_check_of_a_history_file_writes_no_report(cli: Any, fenced_run: Path,
                                                   tmp_path: Path) -> None:
     d = copy_run(fenced_run, tmp_path)
     r = cli("check", d / "history.jsonl")
-    assert r.code == 0, r.explain()
+    assert r.code == 1, r.explain()
     assert not (d / "report.html").exists()
 
 

@@ -140,7 +140,8 @@ def test_summary_tables(unfenced_run: Path) -> None:
     assert "acquire latency, granted" in text and "availability under kill" in text
     assert "expiries while working" in text
     last = text.strip().splitlines()[-1]
-    assert last.startswith("INVALID: resource corrupted")
+    assert last.startswith("INVALID: the lock and the resource failed: ")
+    assert "resource corrupted" in last
 
 
 def test_summary_in_colour_on_a_terminal(tty: tuple[int, IO[str]], fenced_run: Path) -> None:

@@ -3,10 +3,21 @@ tests/integration/test_reports_real.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lockcheck.errors import BadInput
-from lockcheck.results.matrix import Cell, exit_code, plan, split_names, validate
+from lockcheck.results.matrix import (
+    Cell,
+    Matrix,
+    exit_code,
+    parse_shard,
+    plan,
+    shard,
+    split_names,
+    validate,
+)
 
 
 def test_names_split_on_spaces_commas_and_repeats() -> None:
@@ -49,3 +60,38 @@ def test_bad_names(backends: list[str], workloads: list[str], nemeses: list[str]
                    word: str) -> None:
     with pytest.raises(BadInput, match=word):
         validate(backends, workloads, nemeses)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_shards_split_the_plan_into_disjoint_slices(n: int) -> None:
+    cells = plan(["a", "b", "c"], ["mutex", "fenced"], ["none", "kill"], 5)
+    slices = [shard(cells, i, n) for i in range(1, n + 1)]
+    assert sorted((c for s in slices for c in s), key=cells.index) == cells  # all, once
+    sizes = [len(s) for s in slices]
+    assert max(sizes) - min(sizes) <= 1
+    assert shard(cells, 1, n) == shard(list(cells), 1, n)  # the same slice every time
+    if n > 1:  # each shard gets a share of every backend, not one backend's cells
+        assert {c.backend for c in slices[0]} == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [(None, (1, 1)), ("1/2", (1, 2)),
+                                                ("3/3", (3, 3))])
+def test_parse_shard(text: str | None, expected: tuple[int, int]) -> None:
+    assert parse_shard(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/2/3", "-1/2"])
+def test_bad_shards(text: str) -> None:
+    with pytest.raises(BadInput, match="--shard"):
+        parse_shard(text)
+
+
+def test_every_run_gets_a_seed_of_its_own(tmp_path: Path) -> None:
+    cells = plan(["a"], ["mutex"], ["none"], 3)
+    m = Matrix(tmp_path, tmp_path, cells, time_limit=1, count=3, pass_through=[])
+    seeds = [int(m.command(c)[-1]) for c in cells]
+    assert len(set(seeds)) == 3 and seeds == [m.seed_of(c) for c in cells]
+    fixed = Matrix(tmp_path, tmp_path, cells, time_limit=1, count=3, pass_through=[],
+                   seed=100)
+    assert [fixed.command(c)[-2:] for c in cells] == [["--seed", str(100 + i)]
+                                                      for i in range(3)]

@@ -40,6 +40,25 @@ def test_latency_contention_and_hold_times() -> None:
     assert m["expiries_while_working"]["outlived_lease"] == 0
 
 
+def test_a_blocking_wait_that_ran_out_while_another_held_the_key_is_busy() -> None:
+    wait = "no grant in time (timeout); lease revoked"  # etcd's blocking acquire
+    ops = (
+        H()
+        .acquire(0, "k", 1, 0, 2 * MS)
+        .section(0, "k", 1, 2 * MS, 302 * MS)
+        .release(0, "k", 1, 303 * MS, 304 * MS)
+        # waits while 0 holds the key: busy, an answer
+        .acquire(1, "k", None, 10 * MS, 250 * MS, result="fail", error=wait)
+        # the same wait with nobody holding the key: the service did not answer
+        .acquire(1, "k", None, 400 * MS, 600 * MS, result="fail", error=wait)
+        .ops()
+    )
+    a = compute_metrics(ops, TEST)["acquire"]
+    assert (a["attempts"], a["ok"], a["busy"], a["failed"]) == (3, 1, 1, 1)
+    overall = compute_metrics(ops, TEST)["availability"]["overall"]
+    assert overall["answered"] == round(2 / 3, 4)
+
+
 def test_percentiles_interpolate_between_ranks() -> None:
     d = distribution(list(range(1, 101)))
     assert (d["count"], d["p50"], d["p95"], d["p99"], d["max"], d["mean"]) == (

@@ -84,21 +84,51 @@ def test_every_lockcheck_command_and_option_exists() -> None:
                 assert name in known, f"`lockcheck {' '.join(argv)}`: no option {name}"
 
 
-def test_matrix_covers_the_default_backends_and_main_nemeses() -> None:
-    (argv,) = [c for c in lockcheck_calls() if c[0] == "test-all"]
+def matrix_params(argv: list[str]) -> dict[str, Any]:
     cmd, rest = resolve(argv)
-    # a shell variable stands for a number here ($TIME_LIMIT)
-    ctx = cmd.make_context("test-all", [re.sub(r"^\$\w+$", "1", w) for w in rest])
-    names = {k: set(" ".join(v).replace(",", " ").split()) for k, v in ctx.params.items()
-             if k in ("backends", "nemeses", "workloads")}
-    assert names["backends"] == DEFAULT_BACKENDS
-    assert names["nemeses"] == MAIN_NEMESES
-    assert {"mutex", "fenced"} <= names["workloads"]
+    # a shell variable stands for a number here ($TIME_LIMIT, ${{ matrix.shard }})
+    words = [re.sub(r"\$\{\{ matrix.shard \}\}", "1", w) for w in rest]
+    ctx = cmd.make_context("test-all", [re.sub(r"\$\w+", "1", w) for w in words])
+    return dict(ctx.params)
 
 
-def test_what_is_published_is_what_compare_wrote() -> None:
-    (argv,) = [c for c in lockcheck_calls() if c[0] == "compare"]
-    out = argv[argv.index("--out") + 1]
-    paths = [s["with"]["path"] for j in workflow()["jobs"].values()
-             for s in j.get("steps", []) if re.match(r"actions/upload-", s.get("uses", ""))]
+def names(params: dict[str, Any], key: str) -> set[str]:
+    return set(" ".join(params[key]).replace(",", " ").split())
+
+
+def test_matrix_covers_the_default_backends_and_main_nemeses() -> None:
+    runs = [matrix_params(c) for c in lockcheck_calls() if c[0] == "test-all"]
+    main_runs = [p for p in runs if names(p, "backends") == DEFAULT_BACKENDS]
+    assert len(main_runs) == 1
+    assert names(main_runs[0], "nemeses") == MAIN_NEMESES
+    assert {"mutex", "fenced"} <= names(main_runs[0], "workloads")
+    # and Redlock's fenced variant in the fenced workload
+    assert any(names(p, "backends") == {"redlock-fenced"} and names(p, "workloads") ==
+               {"fenced"} and names(p, "nemeses") == MAIN_NEMESES for p in runs)
+    for p in runs:  # each job runs its own slice; every run in the job's own folder
+        assert p["shard"] == "1/1" and p["no_report"]
+
+
+def test_shards_fan_out_and_merge() -> None:
+    wf = workflow()
+    shard = wf["jobs"]["shard"]
+    n = len(shard["strategy"]["matrix"]["shard"])
+    assert n > 1 and wf["env"]["SHARDS"] == str(n)
+    merge = wf["jobs"]["merge"]
+    assert merge["needs"] == "shard"
+    downloads = [s for s in merge["steps"] if s.get("uses", "").startswith(
+        "actions/download-artifact")]
+    assert downloads and downloads[0]["with"]["pattern"] == "shard-*"
+    uploads = [s for s in shard["steps"] if s.get("uses", "").startswith(
+        "actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["name"].startswith("shard-")
+
+
+def test_what_is_published_is_what_compare_wrote_and_verified() -> None:
+    compares = [c for c in lockcheck_calls() if c[0] == "compare"]
+    (build,) = [c for c in compares if "--publish" in c]
+    out = build[build.index("--out") + 1]
+    assert ["compare", "--verify", out] in compares
+    paths = [s["with"]["path"] for s in workflow()["jobs"]["merge"]["steps"]
+             if re.match(r"actions/upload-", s.get("uses", ""))]
     assert paths and all(p == out for p in paths)

@@ -201,8 +201,10 @@ def test_check_run_directory_uses_its_test_json(tmp_path: Path) -> None:
     r = run("check", "--json", d)
     d_out = json.loads(r.stdout)
     assert d_out["workload"] == "fenced"
-    # the fenced workload judges the resource; no write reached it, so it is not invalid
-    assert d_out["valid"] is not False and r.exit_code != 1
+    # the fenced workload judges the lock and the resource: the lock failed (the two
+    # sections overlap) and no write reached the resource, and the summary says both
+    assert d_out["valid"] is False and r.exit_code == 1
+    assert d_out["summary"].startswith("the lock failed (no write reached the resource)")
 
 
 def test_check_empty_history_is_unknown(tmp_path: Path) -> None:
@@ -380,3 +382,26 @@ def test_check_initial_value_and_nothing_checked(tmp_path: Path) -> None:
     assert bad.exit_code == exitcodes.BAD_INPUT and "--initial" in one_error_line(bad)
     wrong = run("check", "--initial", "0", "--model", "mutex", p)
     assert wrong.exit_code == exitcodes.BAD_INPUT
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--shard", "3/2"], "--shard '3/2': I must be between 1 and N"),
+    (["--shard", "half"], "--shard 'half': expected I/N"),
+    (["--runs", "0"], "--runs must be at least 1"),
+])
+def test_test_all_bad_runs_and_shards(tmp_path: Path, args: list[str], message: str) -> None:
+    results = tmp_path / "results"
+    r = run("test-all", "--backends", "redis", *args, "--results-dir", results)
+    assert r.exit_code == exitcodes.BAD_INPUT, r.output
+    assert message in one_error_line(r)
+    assert not results.exists()
+
+
+def test_compare_of_several_folders_needs_out(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    r = run("compare", tmp_path / "a", tmp_path / "b")
+    assert r.exit_code == exitcodes.BAD_INPUT
+    assert "give --out" in one_error_line(r)
+    r = run("compare", "--verify", tmp_path / "a")
+    assert r.exit_code == exitcodes.BAD_INPUT and "no runs in it" in one_error_line(r)

@@ -168,7 +168,11 @@ def test_checker_details() -> None:
     fe = {"resource_valid": True, "accepted": 5, "stale_accepted_count": 0, "saves": 4,
           "duplicate_fence_count": 2, "regression_count": 3}
     assert checker_detail("fencing", fe) == \
-        "resource safe: 0 stale accepted, 4 saves (0 stale holder); tokens: 2 dup, 3 regressions"
+        ("resource safe: 0 stale accepted, 4 saves (stale holder refused), 0 refused after the "
+         "fence went backwards; tokens: 2 dup, 3 regressions")
+    split = dict(fe, saves_stale_holder=1, saves_regressed_fence=3)
+    assert "1 saves (stale holder refused), 3 refused after the fence went backwards" in \
+        checker_detail("fencing", split)
     bad = dict(fe, resource_valid=False, stale_accepted_count=1)
     assert checker_detail("fencing", bad).startswith("RESOURCE CORRUPTED: 1 stale accepted")
     assert checker_detail("fencing", {"duplicate_fence_count": 1}) == \
