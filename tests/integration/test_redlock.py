@@ -6,6 +6,10 @@ Five runs start at once (each has its own run id and subnet) and the tests look 
   reaches a quorum on the empty masters while the first still holds the lock (both
   inside, and a grant while the first lease is provably valid); with the restart
   delayed past the TTL (antirez's delayed restarts) nobody is granted twice;
+* one master of a holder's bare quorum (a grant that raced the previous holder's
+  release, so the other masters said no) SIGKILLed and restarted empty inside the
+  TTL: a rival makes a quorum of that master and the two the holder never had, while
+  the holder works on; with the restart delayed past the TTL, nobody does;
 * a holder paused past its TTL (client-pause) overlaps the next holder (mutex
   workload); with `redlock-fenced` and the fenced workload the resource rejects the
   paused holder's stale write; with plain `redlock` (no fence) the fenced resource
@@ -32,11 +36,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 KILL = ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
         "--ttl-ms", "2000", "--hold-ms", "1500-3000", "--nemesis-interval", "1",
         "--time-limit", "10")
+# one key and eight clients: grants that race the previous holder's release land on a
+# bare quorum every second or two; TTL 2 s puts the holder's next renewal (TTL/3, which
+# would find the restarted master empty and stop it) after the restart and the rival's
+# grant; holds of 0.7-1.5 s outlast the kill and the restart
+BARE = ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "holder-quorum",
+        "--keys", "1", "--concurrency", "8", "--ttl-ms", "2000", "--hold-ms", "700-1500",
+        "--nemesis-interval", "1", "--time-limit", "15", "--seed", "1")
 PAUSE = ("--nemesis", "client-pause", "--pause-ms", "1500", "--nemesis-interval", "0.5",
          "--time-limit", "10")
 RUNS: dict[str, tuple[str, ...]] = {
     "kill_fast": (*KILL, "--restart-delay-ms", "100"),
     "kill_delayed": (*KILL, "--restart-delay-ms", "2500"),
+    "bare_fast": (*BARE, "--restart-delay-ms", "100"),
+    "bare_delayed": (*BARE, "--restart-delay-ms", "2500"),
     "pause_mutex": ("--backend", "redlock", *PAUSE),
     "pause_fenced": ("--backend", "redlock-fenced", "--workload", "fenced", *PAUSE),
     "pause_no_fence": ("--backend", "redlock", "--workload", "fenced", *PAUSE),
@@ -93,6 +106,75 @@ def test_delayed_restarts_past_the_ttl_grant_once(runs: dict[str, Any]) -> None:
     ops = read_history(r.run_dir / "history.jsonl")
     assert any(o.f == "acquire" and o.type == "fail" and "no quorum" in (o.error or "")
                for o in ops)
+    assert r.results()["recovery"]["valid"] is True
+
+
+def completion(ops: list[Any], cert: dict[str, Any], key: str) -> Any:
+    """The completion of a lease-safety certificate's op (an acquire or a renew)."""
+    return next(o for o in ops if o.index > cert["index"] and o.process == cert["process"]
+                and o.key == key and o.f == cert["f"] and o.type != "invoke")
+
+
+def entry(ops: list[Any], lease: str) -> Any:
+    """The enter event of a lease: it names the masters of the grant."""
+    return next(o for o in ops if o.type == "event" and o.f == "enter"
+                and o.value["lease"] == lease)
+
+
+def is_bare(value: dict[str, Any], n: int = 5) -> bool:
+    """Granted by exactly a quorum, every other master having said no."""
+    return (len(value.get("granted_by", ())) == n // 2 + 1
+            and len(value["granted_by"]) + len(value.get("refused_by", ())) == n)
+
+
+def hits_on_bare_holders(ops: list[Any]) -> list[tuple[Any, Any]]:
+    """(enter, kill) pairs: a kill of a master of the bare quorum of a holder inside."""
+    inside: dict[Any, Any] = {}
+    hits = []
+    for o in ops:
+        if o.type == "event" and o.f == "enter":
+            inside[o.process] = o
+        elif o.type == "event" and o.f == "exit":
+            inside.pop(o.process, None)
+        elif o.process == "nemesis" and o.type == "info" and o.f == "kill":
+            hits += [(e, o) for e in inside.values()
+                     if is_bare(e.value) and set(o.value["targets"]) <= set(e.value["granted_by"])]
+    return hits
+
+
+def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
+        runs: dict[str, Any]) -> None:
+    r = runs["bare_fast"]
+    assert r.code == 1, r.explain()
+    ls = checkers(r)["lease-safety"]
+    assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
+    ops = read_history(r.run_dir / "history.jsonl")
+    kills = [o for o in ops if o.process == "nemesis" and o.type == "info" and o.f == "kill"]
+    assert kills and all(len(k.value["targets"]) == 1 for k in kills)  # one master each
+    explained = 0
+    for v in ls["violations"]:
+        held = entry(ops, completion(ops, v["holder"], v["key"]).value["lease"])
+        rival = completion(ops, v["granted"], v["key"])
+        if not is_bare(held.value):
+            continue
+        # a master of the holder's quorum was killed after its grant and before the
+        # rival's, and the rival's quorum is that master plus the two that said no
+        killed = {t for k in kills if held.time < k.time < rival.time
+                  for t in k.value["targets"]}
+        mine, theirs = set(held.value["granted_by"]), set(rival.value["granted_by"])
+        if killed & mine and theirs == (killed & mine) | set(held.value["refused_by"]):
+            explained += 1
+    assert explained > 0, ls["violations"]
+
+
+def test_one_master_of_a_bare_quorum_restarted_past_the_ttl_grants_once(
+        runs: dict[str, Any]) -> None:
+    r = runs["bare_delayed"]
+    assert r.code == 0, r.explain()
+    c = checkers(r)
+    assert c["lease-safety"]["valid"] is True and c["mutual-exclusion"]["valid"] is True
+    # not vacuous: the kills did hit a master of a bare quorum while its holder was inside
+    assert hits_on_bare_holders(read_history(r.run_dir / "history.jsonl"))
     assert r.results()["recovery"]["valid"] is True
 
 
