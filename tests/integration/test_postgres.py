@@ -14,6 +14,8 @@ what the checkers say:
 * `postgres` + `client-pause`: the paused holder's lease expires by the server's clock,
   another client takes the lock, the holder wakes inside its section (overlap); with
   the `fenced` workload the resource rejects its stale write (saves, none accepted).
+* `postgres-advisory-hash` with no fault: the workers lock different integers for one
+  name, and the checkers see two holders inside the same lock.
 """
 
 from __future__ import annotations
@@ -353,12 +355,14 @@ RUNS = {
                      "--nemesis-interval", "1"),
     "clock_bump": ("--backend", "postgres", "--nemesis", "clock-bump", "--time-limit", "8",
                    "--nemesis-interval", "1"),
+    "hash_keys": ("--backend", "postgres-advisory-hash", "--nemesis", "none",
+                  "--time-limit", "5"),
 }
 
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> dict[str, Any]:
-    """The four runs at once (they mostly wait: on a lease, a pause, a TTL), each with
+    """The five runs at once (they mostly wait: on a lease, a pause, a TTL), each with
     its own cluster; each completes, leaves nothing behind, and no shared memory."""
     before = shm_segments_of_postgres(), dev_shm_postgres()
     started = {name: module_cli.start("test", *args, "--quiet", "1")
@@ -482,3 +486,17 @@ def test_test_json_names_the_backend_and_its_capabilities(pause_mutex: Any) -> N
     assert set(info["capabilities"]) == {"kill", "pause", "failover", "clock", "logs"}
 
 
+def test_finding_hash_keyed_advisory_locks_exclude_nobody(runs: dict[str, Any]) -> None:
+    """P3, detected by lockcheck: with no fault, holders of one name overlap, and the
+    service granted each (lease-safety: a grant while another lease was valid)."""
+    r = runs["hash_keys"]
+    assert r.code == 1, r.explain()
+    res = r.results()
+    assert res["stats"]["faults"] == 0
+    c = res["checkers"]
+    me = c["mutual-exclusion"]
+    assert me["valid"] is False and me["violation_count"] > 0, me
+    assert c["lease-safety"]["valid"] is False
+    # the overlapping holders are different workers, that is different processes with
+    # different hash seeds
+    assert any(len(set(v["workers"])) == 2 for v in me["violations"])

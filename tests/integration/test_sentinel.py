@@ -13,8 +13,12 @@ that the promoted replica never sees.
   demotes it and disconnects them. They then reconnect to the new primary, whose copy
   of the lock keys is 10 s old, so locks held right then are granted again.
 
-Both runs happen once per module, at the same time, and several tests look at each;
-nothing of either may be left behind afterwards (`run_all`).
+* `kill-primary` with the default 100 ms restart: the primary is back, empty and still a
+  primary, before the Sentinels notice; its replicas resync from it and drop every
+  key, so every lock held is granted again.
+
+The runs happen once per module, at the same time, and several tests look at each;
+nothing of any may be left behind afterwards (`run_all`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ RUNS: dict[str, tuple[str, ...]] = {
     # old primary is demoted about 10 s after it, at about 16 s, inside the run
     "failover": (*SENTINEL, "--nemesis", "failover", "--nemesis-interval", "4.5",
                  "--time-limit", "18"),
+    # kills of the primary at about 4 s and 8 s, each restarted 100 ms later
+    "kill_primary": (*SENTINEL, "--nemesis", "kill-primary", "--nemesis-interval", "4",
+                     "--time-limit", "12", "--seed", "1"),
 }
 
 
@@ -127,3 +134,23 @@ def test_the_failover_promoted_a_replica_and_demoted_the_old_primary(
     assert "+convert-to-slave slave 10." in logs  # the old primary, demoted late
     res = r.results()
     assert res["recovery"]["valid"] is True, res["recovery"]
+
+
+# -- the primary killed and restarted empty ----------------------------------------------
+
+
+def test_a_primary_restarted_empty_grants_every_held_lock_again(runs: dict[str, Any]) -> None:
+    """S3: the restarted primary comes back empty before any failover; every lock
+    held at the kill is free on it (and, after the resync, on its replicas)."""
+    r = runs["kill_primary"]
+    assert r.code == 1, r.explain()
+    c = r.results()["checkers"]
+    assert c["mutual-exclusion"]["valid"] is False, c["mutual-exclusion"]
+    assert c["lease-safety"]["valid"] is False, c["lease-safety"]  # the service's doing
+    kills = nemesis(r, "kill")
+    assert kills and all(k.value["targets"] == ["n1"] for k in kills)  # no failover
+    first_kill = min(k.time for k in kills)
+    assert all(v["granted"]["ok_ns"] > first_kill for v in c["lease-safety"]["violations"])
+    # the fence counter was wiped with the keys: fences repeat
+    assert c["fencing"]["duplicate_fence_count"] > 0, c["fencing"]
+    assert "+switch-master" not in sentinel_logs(r)  # nobody failed over
