@@ -66,13 +66,25 @@ def test_fencing_and_idempotency_settle_every_day_at_most_once(runs: dict[str, A
     assert len(days) == len(set(days))
 
 
-def test_fencing_alone_is_recorded_with_what_it_stopped(runs: dict[str, Any]) -> None:
-    """A stale settlement that lands before the newer holder's is not stale yet: the
-    fence alone cannot promise exactly once (the verdict may go either way)."""
-    s = settlement(runs["fenced"])
-    assert s["valid"] in (True, False) and s["attempts"] > 0
+def test_the_fence_refuses_the_woken_holders_settlement(runs: dict[str, Any]) -> None:
+    """T1, the fenced row: the lock let a paused holder back into a merchant-day it no
+    longer owned, and the fence (`UPDATE ... WHERE fence < $f`) refused its settlement,
+    the newer holder's having raised the row's fence first. A stale settlement that
+    commits before the newer holder's is not stale yet by the row's fence, so the fence
+    alone cannot promise exactly once: a day paid twice here must be of that kind (the
+    lower fence paid first), and the verdict must say so."""
+    r = runs["fenced"]
+    s = settlement(r)
+    assert s["attempts"] > 0 and s["merchant_days_settled"] > 10, s
     assert set(s["stopped"]) == {"fence", "idempotency", "already-paid", "other"}
     assert s["stopped"]["idempotency"] == 0  # no idempotency key in this mode
+    assert r.results()["checkers"]["mutual-exclusion"]["valid"] is False  # let in twice
+    assert s["stopped"]["fence"] > 0, s
+    for d in s["double_settlements"]:
+        fences = [x["fence"] for x in sorted(d["settles"], key=lambda x: x["ok_ns"])]
+        assert fences == sorted(fences), d  # never a lower fence after a higher one
+    assert (s["valid"] is False) == bool(s["double_settlements"])
+    assert r.code == (1 if s["double_settlements"] else 0), r.explain()
 
 
 def test_the_scheduler_and_the_job_are_in_the_history(runs: dict[str, Any]) -> None:
