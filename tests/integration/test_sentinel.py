@@ -17,6 +17,10 @@ that the promoted replica never sees.
   primary, before the Sentinels notice; its replicas resync from it and drop every
   key, so every lock held is granted again.
 
+* `redis-sentinel-min-replicas` under S1's partition: the cut-off primary refuses
+  writes (`NOREPLICAS`), but the fence counter still replicates asynchronously, so
+  fences repeat after the failover.
+
 The runs happen once per module, at the same time, and several tests look at each;
 nothing of any may be left behind afterwards (`run_all`).
 """
@@ -28,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from lockcheck.history import read_history
 from tests.integration.test_redlock import nemesis, run_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
@@ -45,6 +50,10 @@ RUNS: dict[str, tuple[str, ...]] = {
     # kills of the primary at about 4 s and 8 s, each restarted 100 ms later
     "kill_primary": (*SENTINEL, "--nemesis", "kill-primary", "--nemesis-interval", "4",
                      "--time-limit", "12", "--seed", "1"),
+    # S1's partition with `min-replicas-to-write 1`
+    "min_replicas": ("--backend", "redis-sentinel-min-replicas", "--nemesis",
+                     "partition-primary", "--nemesis-interval", "4", "--time-limit", "12",
+                     "--seed", "0"),
 }
 
 
@@ -154,3 +163,25 @@ def test_a_primary_restarted_empty_grants_every_held_lock_again(runs: dict[str, 
     assert all(v["granted"]["ok_ns"] > first_kill for v in c["lease-safety"]["violations"])
     # the fence counter was wiped with the keys: fences repeat
     assert c["fencing"]["duplicate_fence_count"] > 0, c["fencing"]
+
+
+# -- the variants ------------------------------------------------------------------------
+
+
+def test_min_replicas_refuses_the_cut_off_primary_but_fences_repeat(
+        runs: dict[str, Any]) -> None:
+    """S5: `min-replicas-to-write 1` makes a primary cut off from its replicas refuse
+    grants (a definite `NOREPLICAS`), but what it acknowledged before noticing, the
+    fence counter's INCR included, is lost in the failover: fences are granted twice."""
+    r = runs["min_replicas"]
+    assert r.code == 1, r.explain()
+    fe = r.results()["checkers"]["fencing"]
+    assert fe["duplicate_fence_count"] > 0, fe
+    (start,) = nemesis(r, "start-partition")
+    (stop,) = nemesis(r, "stop-partition")
+    ops = read_history(r.run_dir / "history.jsonl")
+    refused = [o for o in ops if o.f == "acquire" and o.type == "fail"
+               and (o.error or "").startswith("NOREPLICAS")]
+    # from the cut on (until the old primary, back with its replicas, is demoted)
+    assert refused and all(o.time > start.time for o in refused)
+    assert any(o.time < stop.time for o in refused)
