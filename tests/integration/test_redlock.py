@@ -191,22 +191,42 @@ def test_one_master_of_a_bare_quorum_restarted_past_the_ttl_grants_once(
     assert r.results()["recovery"]["valid"] is True
 
 
-def test_a_fast_clock_on_the_shared_master_grants_twice(runs: dict[str, Any]) -> None:
-    """R5: every lease-safety violation is a grant made while the bridge master (the one
-    both groups reach) ran fast; at least one was made."""
-    r = runs["clock"]
-    assert r.code == 1, r.explain()
-    ls = checkers(r)["lease-safety"]
-    assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
-    ops = read_history(r.run_dir / "history.jsonl")
-    nem = [o for o in ops if o.process == "nemesis" and o.type == "info"]
+def fast_bridge_windows(r: Any) -> list[tuple[int, int]]:
+    """The stretches in which the bridge master ran fast with the bridge in place."""
+    nem = nemesis_ops(r)
     fast = [(o, next(x for x in nem if x.f == "reset-clock" and x.time > o.time))
             for o in nem if o.f == "speed-clock"]
     cuts = [(o, next(x for x in nem if x.f == "stop-partition" and x.time > o.time))
             for o in nem if o.f == "start-partition"]
-    windows = [(max(a.time, c.time), min(b.time, d.time)) for a, b in fast for c, d in cuts
-               if c.value["bridge"] in a.value["targets"]]
-    assert windows, "the bridge master was never a fast one"
+    both = [(max(a.time, c.time), min(b.time, d.time)) for a, b in fast for c, d in cuts
+            if c.value["bridge"] in a.value["targets"]]
+    return [(lo, hi) for lo, hi in both if lo < hi]
+
+
+def nemesis_ops(r: Any) -> list[Any]:
+    return [o for o in read_history(r.run_dir / "history.jsonl")
+            if o.process == "nemesis" and o.type == "info"]
+
+
+STAGED_NS = 2_000_000_000  # of fast bridge, for a holder's grant and a rival's
+
+
+def test_a_fast_clock_on_the_shared_master_grants_twice(module_cli: Any,
+                                                        runs: dict[str, Any]) -> None:
+    """R5: every lease-safety violation is a grant made while the bridge master (the one
+    both groups reach) ran fast; at least one was made. At most two attempts: on a
+    machine loaded far beyond its cores (load average 37 on 2) the partition's rules
+    once took 12 s to put in place and the scenario never stood; a second run is made
+    only then (the faults overlapped for less than 2 s), never because nothing was
+    found in a run where they did."""
+    r = runs["clock"]
+    if sum(b - a for a, b in fast_bridge_windows(r)) < STAGED_NS:
+        r = module_cli("test", *CLOCK, timeout=150)
+    windows = fast_bridge_windows(r)
+    assert sum(b - a for a, b in windows) >= STAGED_NS, ("the scenario was not staged", windows)
+    assert r.code == 1, r.explain()
+    ls = checkers(r)["lease-safety"]
+    assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
     for v in ls["violations"]:
         # the new grant came inside such a window (or just after, as it ended)
         assert any(lo < v["granted"]["ok_ns"] < hi + 1_000_000_000 for lo, hi in windows), v
