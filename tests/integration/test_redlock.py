@@ -60,9 +60,6 @@ PAUSE = ("--nemesis", "client-pause", "--pause-ms", "1500", "--nemesis-interval"
 RUNS: dict[str, tuple[str, ...]] = {
     "kill_fast": (*KILL, "--restart-delay-ms", "100"),
     "kill_delayed": (*KILL, "--restart-delay-ms", "2500"),
-    "bare_fast": (*BARE, "--restart-delay-ms", "100"),
-    "bare_delayed": (*BARE, "--restart-delay-ms", "2500"),
-    "clock": CLOCK,
     "pause_mutex": ("--backend", "redlock", *PAUSE),
     "pause_fenced": ("--backend", "redlock-fenced", "--workload", "fenced", *PAUSE),
     "pause_no_fence": ("--backend", "redlock", "--workload", "fenced", *PAUSE),
@@ -83,6 +80,20 @@ def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]]) -> Iterator[dict[
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
     yield from run_all(module_cli, RUNS)
+
+
+# the findings added later run as a second group, once the first is done: eight
+# clusters at once (some with eight clients) starve every run on a 2-core machine
+MORE_RUNS: dict[str, tuple[str, ...]] = {
+    "bare_fast": (*BARE, "--restart-delay-ms", "100"),
+    "bare_delayed": (*BARE, "--restart-delay-ms", "2500"),
+    "clock": CLOCK,
+}
+
+
+@pytest.fixture(scope="module")
+def more_runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    yield from run_all(module_cli, MORE_RUNS)
 
 
 def checkers(r: Any) -> dict[str, Any]:
@@ -156,8 +167,8 @@ def hits_on_bare_holders(ops: list[Any]) -> list[tuple[Any, Any]]:
 
 
 def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
-        runs: dict[str, Any]) -> None:
-    r = runs["bare_fast"]
+        more_runs: dict[str, Any]) -> None:
+    r = more_runs["bare_fast"]
     assert r.code == 1, r.explain()
     ls = checkers(r)["lease-safety"]
     assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
@@ -181,8 +192,8 @@ def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
 
 
 def test_one_master_of_a_bare_quorum_restarted_past_the_ttl_grants_once(
-        runs: dict[str, Any]) -> None:
-    r = runs["bare_delayed"]
+        more_runs: dict[str, Any]) -> None:
+    r = more_runs["bare_delayed"]
     assert r.code == 0, r.explain()
     c = checkers(r)
     assert c["lease-safety"]["valid"] is True and c["mutual-exclusion"]["valid"] is True
@@ -212,14 +223,14 @@ STAGED_NS = 2_000_000_000  # of fast bridge, for a holder's grant and a rival's
 
 
 def test_a_fast_clock_on_the_shared_master_grants_twice(module_cli: Any,
-                                                        runs: dict[str, Any]) -> None:
+                                                        more_runs: dict[str, Any]) -> None:
     """R5: every lease-safety violation is a grant made while the bridge master (the one
     both groups reach) ran fast; at least one was made. At most two attempts: on a
     machine loaded far beyond its cores (load average 37 on 2) the partition's rules
     once took 12 s to put in place and the scenario never stood; a second run is made
     only then (the faults overlapped for less than 2 s), never because nothing was
     found in a run where they did."""
-    r = runs["clock"]
+    r = more_runs["clock"]
     if sum(b - a for a, b in fast_bridge_windows(r)) < STAGED_NS:
         r = module_cli("test", *CLOCK, timeout=150)
     windows = fast_bridge_windows(r)

@@ -52,18 +52,8 @@ RUNS: dict[str, tuple[str, ...]] = {
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
     """Every run of this module, started at once (each has its own cluster); afterwards
-    nothing of them may be left. The frozen-ensemble run (`WEDGE`) comes after them,
-    with the thread that freezes it: three more JVMs at once would slow every
-    ensemble's start past its readiness timeout on a loaded machine."""
-    for done in run_all(module_cli, RUNS):
-        wedge = module_cli.start("test", *WEDGE)
-        frozen: list[tuple[int, int | None]] = []
-        t = threading.Thread(target=freeze_ensemble, args=(wedge, frozen), daemon=True)
-        t.start()
-        done["wedge"] = wedge.wait(timeout=150)
-        t.join(timeout=10)
-        done["frozen"] = frozen
-        yield done
+    nothing of them may be left."""
+    yield from run_all(module_cli, RUNS)
 
 
 def ops_of(r: Any) -> list[Op]:
@@ -217,11 +207,25 @@ def freeze_ensemble(p: Any, frozen: list[tuple[int, int | None]]) -> None:
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.fixture(scope="module")
+def wedged(module_cli: Any) -> tuple[Any, list[tuple[int, int | None]]]:
+    """The frozen-ensemble run, on its own: three more JVMs beside the others would
+    slow every ensemble's start past its readiness timeout on a loaded machine."""
+    p = module_cli.start("test", *WEDGE)
+    frozen: list[tuple[int, int | None]] = []
+    t = threading.Thread(target=freeze_ensemble, args=(p, frozen), daemon=True)
+    t.start()
+    r = p.wait(timeout=150)
+    t.join(timeout=10)
+    module_cli.assert_no_leftovers(r.test_json()["run_id"])
+    return r, frozen
+
+
 def test_an_ensemble_that_stops_granting_is_reported_as_not_recovered(
-        runs: dict[str, Any]) -> None:
+        wedged: tuple[Any, list[tuple[int, int | None]]]) -> None:
     """Z6 as lockcheck reports it: every lock named unrecovered, on screen and in
     results.json, beside a safety verdict that the silence does not fool."""
-    r, frozen = runs["wedge"], runs["frozen"]
+    r, frozen = wedged
     assert len(frozen) == 3, frozen  # the whole ensemble
     res = r.results()
     rec = res["recovery"]
