@@ -166,9 +166,19 @@ def hits_on_bare_holders(ops: list[Any]) -> list[tuple[Any, Any]]:
     return hits
 
 
+def staged(module_cli: Any, r: Any, name: str) -> Any:
+    """The run if a kill hit a master of a bare quorum while its holder was inside;
+    otherwise one more run of the same command (at most two attempts: on a machine
+    loaded far beyond its cores the workers once started 10 s late and no kill found a
+    holder; a second run is made only then, never because nothing was detected)."""
+    if hits_on_bare_holders(read_history(r.run_dir / "history.jsonl")):
+        return r
+    return module_cli("test", *MORE_RUNS[name], timeout=150)
+
+
 def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
-        more_runs: dict[str, Any]) -> None:
-    r = more_runs["bare_fast"]
+        module_cli: Any, more_runs: dict[str, Any]) -> None:
+    r = staged(module_cli, more_runs["bare_fast"], "bare_fast")
     assert r.code == 1, r.explain()
     ls = checkers(r)["lease-safety"]
     assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
@@ -192,8 +202,8 @@ def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
 
 
 def test_one_master_of_a_bare_quorum_restarted_past_the_ttl_grants_once(
-        more_runs: dict[str, Any]) -> None:
-    r = more_runs["bare_delayed"]
+        module_cli: Any, more_runs: dict[str, Any]) -> None:
+    r = staged(module_cli, more_runs["bare_delayed"], "bare_delayed")
     assert r.code == 0, r.explain()
     c = checkers(r)
     assert c["lease-safety"]["valid"] is True and c["mutual-exclusion"]["valid"] is True
