@@ -122,7 +122,9 @@ def main() -> None:
 @click.option("--restart-delay-ms", type=int, default=100, show_default=True,
               help="After a kill, restart the server this much later.")
 @click.option("--kill-targets", default="one-or-minority", show_default=True,
-              help="Which servers a kill hits: one-or-minority, one, minority, majority, all.")
+              help="Which servers a kill hits: one-or-minority, one, minority, majority, "
+                   "all, or holder-quorum (one server of the quorum that granted a lock "
+                   "held right now; Redlock names its masters).")
 @click.option("--pause-ms", type=int, default=None,
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
 @click.option("--pause-at", default="section", show_default=True,

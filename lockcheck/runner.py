@@ -545,7 +545,7 @@ class Run:
         for w in [*self.workers, *([self.recovery_worker] if self.recovery_worker else [])]:
             self.errors += w.exit_problem()
         if self.recovery_worker is not None:
-            results["recovery"] = check_recovery(read.ops, self.test)
+            results["recovery"] = check_recovery(read.ops, self.test, started=True)
             if results["recovery"]["valid"] is not True:
                 self.errors.append(f"recovery: {results['recovery']['summary']}")
         heal_errors = unique(self.schedule.heal_errors) if self.schedule is not None else []

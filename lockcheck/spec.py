@@ -9,7 +9,7 @@ from lockcheck.errors import BadInput
 
 RESOURCES = ("fenced", "unfenced")
 # which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
-KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all")
+KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all", "holder-quorum")
 PAUSE_AT = ("section", "release")  # where client-pause stops a holder
 NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
 CLOCK_TARGETS = ("nodes", "clients", "all")

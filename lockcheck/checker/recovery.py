@@ -12,12 +12,21 @@ from typing import Any
 from lockcheck.history import Op
 
 
-def check_recovery(ops: list[Op], test: dict[str, Any]) -> dict[str, Any]:
+def check_recovery(ops: list[Op], test: dict[str, Any], started: bool = False) -> dict[str, Any]:
+    """`started`: the recovery worker was started (the runner knows). One that was and
+    recorded nothing spent its whole window getting its client going (a service that
+    accepts connections and never answers): no lock was taken again."""
     worker = test.get("recovery_worker")
     keys = list(test.get("recovery_keys")
                 or [f"k{i}" for i in range(int(test.get("keys", 0) or 0))])
     mine = [o for o in ops if o.worker == worker and worker is not None
             and o.process != "nemesis"]
+    if not mine and started and keys:
+        return {"valid": False,
+                "keys": {k: {"acquired_after_s": None, "attempts": 0} for k in keys},
+                "summary": f"NOT RECOVERED: {', '.join(keys)} could not be taken again "
+                           "after every fault was healed (the recovery worker's client "
+                           "never got to send a request)"}
     if not mine:
         return {"valid": "unknown", "keys": {}, "summary": "the recovery phase did not run"}
     start = mine[0].time

@@ -231,7 +231,8 @@ class RedisDB(RedisClocks, RedisProcesses):
         return {"redis-server": redis_version()}
 
     def client_config(self) -> dict[str, Any]:
-        return {"masters": [[s.node.address, s.port] for s in self.servers.values()]}
+        return {"masters": [[s.node.address, s.port] for s in self.servers.values()],
+                "names": list(self.servers)}
 
     def describe(self) -> dict[str, dict[str, object]]:
         return {name: {"service": "redis", "address": s.node.address, "port": s.port,

@@ -41,6 +41,13 @@ class Lease:
 
     `token` is unique per grant (the owner token the service stores); the history
     records it as `lease`, so every renew and release names the grant it belongs to.
+
+    `granted_by` names the servers that said yes to the latest acquire or renew, and
+    `refused_by` those that had said no by then, where the client asks several and can
+    tell (Redlock's masters; pottery returns at the quorum, so a late yes is not in
+    it). The history records them with the grant, so a double grant can be traced to
+    the servers that made both: a grant with every other server's no is on a bare
+    quorum.
     """
 
     key: str
@@ -49,6 +56,8 @@ class Lease:
     ttl_ms: int
     valid_until_ns: int
     lost: bool = False
+    granted_by: tuple[str, ...] = ()
+    refused_by: tuple[str, ...] = ()
 
     def still_holds(self, now_ns: int | None = None) -> bool:
         now = time.monotonic_ns() if now_ns is None else now_ns

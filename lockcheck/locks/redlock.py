@@ -209,13 +209,17 @@ class RedlockClient:
     """One pottery Redlock per grant over every master; optionally a NextID fence."""
 
     def __init__(self, masters: Sequence[tuple[str, int]], *, ttl_ms: int,
-                 op_timeout_s: float, drift: float = 0.01, fence: str | None = None) -> None:
+                 op_timeout_s: float, drift: float = 0.01, fence: str | None = None,
+                 names: Sequence[str] = ()) -> None:
         if fence not in (None, "nextid"):
             raise ValueError(f"fence must be None or 'nextid', not {fence!r}")
         self.ttl_ms = ttl_ms
         self.drift = drift
         self.masters = [single.redis_client(a, p, op_timeout_s / 3) for a, p in masters]
         self.n = len(self.masters)
+        # master -> its node's name, for the history's `granted_by` (none if not given)
+        self._names = {id(m): str(name)
+                       for m, name in zip(self.masters, names, strict=False)}
         self.fenced = fence == "nextid"
         self._fences: dict[str, NextID] = {}
         self._locks: dict[str, TalliedRedlock] = {}
@@ -223,6 +227,11 @@ class RedlockClient:
     def _belief(self, t0: int) -> int:
         ttl_ns = self.ttl_ms * 1_000_000
         return t0 + ttl_ns - int(ttl_ns * self.drift) - DRIFT_FLOOR_NS
+
+    def _said(self, answers: Answers, what: str) -> tuple[str, ...]:
+        """The names of the masters that answered `what` (none if not given)."""
+        return tuple(sorted(self._names.get(id(m), "?") for m, a in answers.items()
+                            if a == what)) if self._names else ()
 
     def _next_fence(self, key: str) -> int:
         ids = self._fences.get(key)
@@ -243,11 +252,13 @@ class RedlockClient:
             if err is not None:
                 raise err
             return None
+        answers = lock.answers("acquire")  # before NextID's rounds, at the grant
         fence = self._fence_for(lock, key) if self.fenced else None
         token = lock._uuid
         self._locks[token] = lock
         return Lease(key=key, token=token, fence=fence, ttl_ms=self.ttl_ms,
-                     valid_until_ns=self._belief(t0))
+                     valid_until_ns=self._belief(t0),
+                     granted_by=self._said(answers, YES), refused_by=self._said(answers, NO))
 
     def _fence_for(self, lock: TalliedRedlock, key: str) -> int:
         """The grant stands; without a fence it is given back, and the acquire is
@@ -271,6 +282,8 @@ class RedlockClient:
         with mapped_errors(lock, self.n):
             lock.extend()
         lease.valid_until_ns = max(lease.valid_until_ns, self._belief(t0))
+        answers = lock.answers("extend")
+        lease.granted_by, lease.refused_by = self._said(answers, YES), self._said(answers, NO)
 
     def release(self, lease: Lease) -> None:
         lock = self._locks.pop(lease.token)
@@ -291,5 +304,6 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
     logging.getLogger("pottery").setLevel(logging.CRITICAL)
     masters = [(str(a), int(p)) for a, p in config["masters"]]
     client = RedlockClient(masters, ttl_ms=opts.ttl_ms, op_timeout_s=opts.op_timeout_s,
-                           drift=opts.drift, fence=opts.options.get("fence"))
+                           drift=opts.drift, fence=opts.options.get("fence"),
+                           names=config.get("names", ()))
     return {k: client for k in keys}

@@ -51,6 +51,8 @@ class Holding:
     key: str
     fence: int | None
     since_ns: int
+    granted_by: tuple[str, ...] = ()  # the servers whose yes made the grant, if known
+    refused_by: tuple[str, ...] = ()  # and those that had said no by then
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,11 +41,14 @@ class Holders:
         k = (op["key"], op.get("process"))
         with self._lock:
             if op.get("f") == "enter":
-                v = op.get("value") or {}
+                v = op.get("value")
+                v = v if isinstance(v, dict) else {}
                 self._inside[k] = Holding(
                     worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
-                    key=str(op["key"]), fence=v.get("fence") if isinstance(v, dict) else None,
-                    since_ns=int(op.get("time", 0)))
+                    key=str(op["key"]), fence=v.get("fence"),
+                    since_ns=int(op.get("time", 0)),
+                    granted_by=tuple(str(n) for n in v.get("granted_by") or ()),
+                    refused_by=tuple(str(n) for n in v.get("refused_by") or ()))
             elif op.get("f") == "exit":
                 h = self._inside.pop(k, None)
                 if h is not None:

@@ -8,12 +8,13 @@ every server, not only those this nemesis remembers touching.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.cluster.api import HasPrimary, Killable, Pausable
-from lockcheck.nemesis.api import RunContext
+from lockcheck.nemesis.api import Holding, RunContext
 
 Targets = Callable[[list[str], random.Random], list[str]]
 
@@ -42,6 +43,45 @@ TARGET_SPECS: dict[str, Targets] = {
     "minority": some(lambda n: max(1, (n - 1) // 2)),
     "majority": some(lambda n: n // 2 + 1),
     "all": some(lambda n: n),
+}
+
+
+def bare(h: Holding, names: list[str]) -> bool:
+    """The holder's key is on exactly a quorum: every other server said no."""
+    return (len(h.granted_by) == len(names) // 2 + 1
+            and len(h.granted_by) + len(h.refused_by) == len(names))
+
+
+def in_a_holders_quorum(holders: Callable[[], list[Holding]], wait_s: float) -> Targets:
+    """One server of the quorum that granted a lock held right now, the kill aimed where
+    a restart empty does harm: a member of a bare quorum restarted empty lets a rival
+    make a quorum of its own while the holder works on. Waits up to `wait_s` (the run
+    passes the larger of the nemesis interval and two TTLs) for a holder on a bare
+    quorum (a grant that raced the previous holder's release gets one), then takes the
+    smallest quorum held, then one node at random (nobody holds a lock whose servers
+    the client named: only Redlock's client names them)."""
+    def targets(names: list[str], rng: random.Random) -> list[str]:
+        deadline = time.monotonic() + wait_s
+        while True:
+            known = [h for h in holders()
+                     if h.granted_by and set(h.granted_by) <= set(names)]
+            aimed = [h for h in known if bare(h, names)]
+            if aimed or time.monotonic() >= deadline:
+                break
+            time.sleep(0.005)
+        if not aimed and known:
+            fewest = min(len(h.granted_by) for h in known)
+            aimed = [h for h in known if len(h.granted_by) == fewest]
+        if not aimed:
+            return [names[rng.randrange(len(names))]]
+        return [rng.choice(rng.choice(aimed).granted_by)]
+
+    return targets
+
+
+# `--kill-targets` aimed at what the clients hold, made from the run's live holders
+HOLDER_TARGETS: dict[str, Callable[[Callable[[], list[Holding]], float], Targets]] = {
+    "holder-quorum": in_a_holders_quorum,
 }
 
 
@@ -124,8 +164,12 @@ class Pause:
 
 def kill(ctx: RunContext) -> Kill:
     assert isinstance(ctx.db, Killable)
+    spec = ctx.spec.kill_targets
+    aimed = HOLDER_TARGETS.get(spec)
     return Kill(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.restart_delay,
-                targets=TARGET_SPECS[ctx.spec.kill_targets])
+                targets=(aimed(ctx.holders, max(ctx.spec.nemesis_interval,
+                                                ctx.spec.ttl_ms / 500.0))
+                         if aimed else TARGET_SPECS[spec]))
 
 
 def pause(ctx: RunContext) -> Pause:

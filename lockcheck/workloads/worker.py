@@ -212,6 +212,14 @@ class LeaseValues:
         return Encoded(f"{base[:-1]}, {_dumps(extra)[1:]}")
 
 
+def granted_by(lease: Lease) -> dict[str, Any]:
+    """The servers that granted and refused, for an ok acquire or renew and the enter
+    event, when the client named them."""
+    if not lease.granted_by:
+        return {}
+    return {"granted_by": list(lease.granted_by), "refused_by": list(lease.refused_by)}
+
+
 # which lock the worker takes next (a workload's scheduler); may record ops of its own
 Picker = Callable[["Worker"], str]
 
@@ -301,7 +309,7 @@ class CriticalSection:
             self.retired = True
             return "indefinite"
         else:
-            w.rec(p, "ok", "renew", key, w.lease_value(lease))
+            w.rec(p, "ok", "renew", key, w.lease_value(lease, **granted_by(lease)))
         return None
 
     def call(self, f: str, value: Mapping[str, Any],
@@ -375,7 +383,7 @@ class Worker:
         if lease is None:
             rec(p, "fail", "acquire", key, None, "busy")
             return None
-        rec(p, "ok", "acquire", key, self.lease_value(lease))
+        rec(p, "ok", "acquire", key, self.lease_value(lease, **granted_by(lease)))
         return lease
 
     def one_round(self, key: str,
@@ -387,7 +395,7 @@ class Worker:
             return False
         client, rec = self.clients[key], self.rec
         p = self.process
-        rec(p, "event", "enter", key, self.lease_value(lease))
+        rec(p, "event", "enter", key, self.lease_value(lease, **granted_by(lease)))
         section = CriticalSection(self, client, lease)
         try:
             reason = (body or self.body)(section)

@@ -14,6 +14,8 @@ what the checkers say:
 * `postgres` + `client-pause`: the paused holder's lease expires by the server's clock,
   another client takes the lock, the holder wakes inside its section (overlap); with
   the `fenced` workload the resource rejects its stale write (saves, none accepted).
+* `postgres-advisory-hash` with no fault: the workers lock different integers for one
+  name, and the checkers see two holders inside the same lock.
 """
 
 from __future__ import annotations
@@ -354,6 +356,8 @@ RUNS = {
     "clock_bump": ("--backend", "postgres", "--nemesis", "clock-bump", "--time-limit", "8",
                    "--nemesis-interval", "1"),
 }
+HASH_KEYS = ("--backend", "postgres-advisory-hash", "--nemesis", "none", "--time-limit", "5",
+             "--quiet", "1")
 
 
 @pytest.fixture(scope="module")
@@ -482,3 +486,25 @@ def test_test_json_names_the_backend_and_its_capabilities(pause_mutex: Any) -> N
     assert set(info["capabilities"]) == {"kill", "pause", "failover", "clock", "logs"}
 
 
+@pytest.fixture(scope="module")
+def hash_keys(module_cli: Any) -> Any:
+    """P3's run, after the others (five servers at once slow every start)."""
+    r = module_cli("test", *HASH_KEYS, timeout=150)
+    module_cli.assert_no_leftovers(r.test_json()["run_id"])
+    return r
+
+
+def test_finding_hash_keyed_advisory_locks_exclude_nobody(hash_keys: Any) -> None:
+    """P3, detected by lockcheck: with no fault, holders of one name overlap, and the
+    service granted each (lease-safety: a grant while another lease was valid)."""
+    r = hash_keys
+    assert r.code == 1, r.explain()
+    res = r.results()
+    assert res["stats"]["faults"] == 0
+    c = res["checkers"]
+    me = c["mutual-exclusion"]
+    assert me["valid"] is False and me["violation_count"] > 0, me
+    assert c["lease-safety"]["valid"] is False
+    # the overlapping holders are different workers, that is different processes with
+    # different hash seeds
+    assert any(len(set(v["workers"])) == 2 for v in me["violations"])

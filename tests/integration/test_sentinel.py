@@ -13,8 +13,16 @@ that the promoted replica never sees.
   demotes it and disconnects them. They then reconnect to the new primary, whose copy
   of the lock keys is 10 s old, so locks held right then are granted again.
 
-Both runs happen once per module, at the same time, and several tests look at each;
-nothing of either may be left behind afterwards (`run_all`).
+* `kill-primary` with the default 100 ms restart: the primary is back, empty and still a
+  primary, before the Sentinels notice; its replicas resync from it and drop every
+  key, so every lock held is granted again.
+
+* `redis-sentinel-min-replicas` under S1's partition: the cut-off primary refuses
+  writes (`NOREPLICAS`), but the fence counter still replicates asynchronously, so
+  fences repeat after the failover.
+
+The runs happen once per module, at the same time, and several tests look at each;
+nothing of any may be left behind afterwards (`run_all`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from lockcheck.history import read_history
 from tests.integration.test_redlock import nemesis, run_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
@@ -39,12 +48,28 @@ RUNS: dict[str, tuple[str, ...]] = {
     "failover": (*SENTINEL, "--nemesis", "failover", "--nemesis-interval", "4.5",
                  "--time-limit", "18"),
 }
+# a second pair, started when the first is done: the Sentinels' timing (sdown after
+# 1 s, failover in about 3 s) must not suffer four clusters at once on a loaded machine
+MORE_RUNS: dict[str, tuple[str, ...]] = {
+    # kills of the primary at about 4 s and 8 s, each restarted 100 ms later
+    "kill_primary": (*SENTINEL, "--nemesis", "kill-primary", "--nemesis-interval", "4",
+                     "--time-limit", "12", "--seed", "1"),
+    # S1's partition with `min-replicas-to-write 1`
+    "min_replicas": ("--backend", "redis-sentinel-min-replicas", "--nemesis",
+                     "partition-primary", "--nemesis-interval", "4", "--time-limit", "12",
+                     "--seed", "0"),
+}
 
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
     # both at once (each has its own run id and subnet): the suite waits for the longer
     yield from run_all(module_cli, RUNS)
+
+
+@pytest.fixture(scope="module")
+def more_runs(module_cli: Any) -> Iterator[dict[str, Any]]:
+    yield from run_all(module_cli, MORE_RUNS)
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +152,46 @@ def test_the_failover_promoted_a_replica_and_demoted_the_old_primary(
     assert "+convert-to-slave slave 10." in logs  # the old primary, demoted late
     res = r.results()
     assert res["recovery"]["valid"] is True, res["recovery"]
+
+
+# -- the primary killed and restarted empty ----------------------------------------------
+
+
+def test_a_primary_restarted_empty_grants_every_held_lock_again(
+        more_runs: dict[str, Any]) -> None:
+    """S3: the restarted primary comes back empty before any failover; every lock
+    held at the kill is free on it (and, after the resync, on its replicas)."""
+    r = more_runs["kill_primary"]
+    assert r.code == 1, r.explain()
+    c = r.results()["checkers"]
+    assert c["mutual-exclusion"]["valid"] is False, c["mutual-exclusion"]
+    assert c["lease-safety"]["valid"] is False, c["lease-safety"]  # the service's doing
+    kills = nemesis(r, "kill")
+    assert kills and kills[0].value["targets"] == ["n1"]  # the primary of the moment
+    assert all(len(k.value["targets"]) == 1 for k in kills)
+    first_kill = min(k.time for k in kills)
+    assert all(v["granted"]["ok_ns"] > first_kill for v in c["lease-safety"]["violations"])
+    # the fence counter was wiped with the keys: fences repeat
+    assert c["fencing"]["duplicate_fence_count"] > 0, c["fencing"]
+
+
+# -- the variants ------------------------------------------------------------------------
+
+
+def test_min_replicas_refuses_the_cut_off_primary_but_fences_repeat(
+        more_runs: dict[str, Any]) -> None:
+    """S5: `min-replicas-to-write 1` makes a primary cut off from its replicas refuse
+    grants (a definite `NOREPLICAS`), but what it acknowledged before noticing, the
+    fence counter's INCR included, is lost in the failover: fences are granted twice."""
+    r = more_runs["min_replicas"]
+    assert r.code == 1, r.explain()
+    fe = r.results()["checkers"]["fencing"]
+    assert fe["duplicate_fence_count"] > 0, fe
+    (start,) = nemesis(r, "start-partition")
+    (stop,) = nemesis(r, "stop-partition")
+    ops = read_history(r.run_dir / "history.jsonl")
+    refused = [o for o in ops if o.f == "acquire" and o.type == "fail"
+               and (o.error or "").startswith("NOREPLICAS")]
+    # from the cut on (until the old primary, back with its replicas, is demoted)
+    assert refused and all(o.time > start.time for o in refused)
+    assert any(o.time < stop.time for o in refused)

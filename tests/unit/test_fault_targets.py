@@ -13,14 +13,14 @@ import pytest
 from lockcheck.errors import BadInput
 from lockcheck.nemesis.api import WorkerRef
 from lockcheck.nemesis.client_pause import ClientPause, Holders
-from lockcheck.nemesis.process import TARGET_SPECS
+from lockcheck.nemesis.process import HOLDER_TARGETS, TARGET_SPECS
 from lockcheck.spec import KILL_TARGETS, TestSpec, validate
 
 NODES = ["n1", "n2", "n3", "n4", "n5"]
 
 
 def test_every_target_spec_has_a_picker() -> None:
-    assert tuple(TARGET_SPECS) == KILL_TARGETS
+    assert (*TARGET_SPECS, *HOLDER_TARGETS) == KILL_TARGETS
 
 
 @pytest.mark.parametrize(("spec", "sizes"), [
@@ -40,6 +40,41 @@ def test_three_nodes() -> None:
     rng = random.Random(1)
     assert len(TARGET_SPECS["majority"](NODES[:3], rng)) == 2
     assert len(TARGET_SPECS["minority"](NODES[:3], rng)) == 1
+
+
+def entered(worker: int, key: str, granted: list[str],
+            refused: list[str]) -> dict[str, object]:
+    op = event("enter", worker, key=key)
+    op["value"] = {"fence": None, "lease": key, "granted_by": granted, "refused_by": refused}
+    return op
+
+
+def test_holder_quorum_hits_a_member_of_a_bare_quorum_held_now() -> None:
+    h = Holders()
+    aim = HOLDER_TARGETS["holder-quorum"](h.now, 0.0)
+    rng = random.Random(3)
+    assert {len(aim(NODES, rng)) for _ in range(50)} == {1}  # nobody holds: one at random
+    h.observe(entered(1, "k0", ["n1", "n2", "n3", "n4"], []))
+    h.observe(entered(2, "k1", ["n2", "n4", "n5"], ["n3"]))  # n1 had not answered yet
+    assert [x.refused_by for x in h.now()] == [(), ("n3",)]
+    # no bare quorum known: a member of the smallest quorum held
+    assert {tuple(aim(NODES, rng)) for _ in range(100)} == {("n2",), ("n4",), ("n5",)}
+    h.observe(entered(3, "k2", ["n1", "n3", "n5"], ["n2", "n4"]))  # every other one said no
+    assert {tuple(aim(NODES, rng)) for _ in range(100)} == {("n1",), ("n3",), ("n5",)}
+    h.observe({**entered(3, "k2", [], []), "f": "exit"})
+    h.observe({**entered(2, "k1", [], []), "f": "exit"})
+    assert {tuple(aim(NODES, rng)) for _ in range(100)} == {("n1",), ("n2",), ("n3",), ("n4",)}
+
+
+def test_holder_quorum_waits_for_a_bare_quorum() -> None:
+    h = Holders()
+    h.observe(entered(1, "k0", ["n1", "n2", "n3"], ["n4"]))
+    aim = HOLDER_TARGETS["holder-quorum"](h.now, 5.0)
+    later = threading.Timer(0.2, h.observe, [entered(2, "k1", ["n2", "n4", "n5"], ["n1", "n3"])])
+    later.start()
+    t0 = time.monotonic()
+    assert aim(NODES, random.Random(1))[0] in ("n2", "n4", "n5")
+    assert 0.1 < time.monotonic() - t0 < 4.0
 
 
 @pytest.mark.parametrize(("kw", "message"), [

@@ -281,6 +281,33 @@ def test_renew_and_release_of_a_lost_lock_are_not_owner(
         a.release(lease)
 
 
+def test_a_grant_names_the_masters_that_said_yes_and_no(
+        servers: list[tuple[str, int]]) -> None:
+    """A grant on a bare quorum (two masters still hold another client's key, as when
+    an acquire races the previous holder's release) says so; a restart of one of its
+    three masters then lets a second client in."""
+    names = [f"n{i}" for i in range(1, 6)]
+    for addr, port in servers[3:]:  # the old holder's key, not yet deleted there
+        redis_client(addr, port, 0.5).set("redlock:k0", "someone-else", px=5000)
+    a, b = client(servers, names=names), client(servers, names=names)
+    lease = a.acquire("k0")
+    assert lease is not None
+    assert lease.granted_by == ("n1", "n2", "n3")
+    # pottery returns at the third yes: a no still on its way is not counted
+    assert set(lease.refused_by) <= {"n4", "n5"}
+    for addr, port in servers[3:]:  # the old key goes
+        redis_client(addr, port, 0.5).delete("redlock:k0")
+    assert b.acquire("k0") is None  # still a quorum of a's
+    redis_client(*servers[0], 0.5).flushall()  # n1 restarted empty
+    second = b.acquire("k0")
+    assert second is not None and second.granted_by == ("n1", "n4", "n5")
+    with pytest.raises(NotOwner):
+        a.renew(lease)
+    # without names (another caller) the client names nothing
+    c = client(servers)
+    assert c.acquire("k1") is not None and c._said({}, rl.YES) == ()
+
+
 def test_all_masters_refusing_is_definite() -> None:
     c = client([("127.0.0.1", free_port()) for _ in range(5)])
     with pytest.raises(Definite) as ei:
