@@ -76,12 +76,11 @@ def _odd_history(rng: random.Random, n: int, big: bool) -> list[str]:
     (with `big`, numbers too big for its columns too)."""
     lines: list[str] = []
     index = 0
-    fence = 0
     for i in range(n):
         proc: Any = rng.choice([1, 2, 3, "wörker", "p\"q", 2**61 if big else -4])
         key = rng.choice(["k", "k", "ké", "k\\n", None])
         f = rng.choice(["acquire", "acquire", "renew", "release", "write"])
-        fence += 1
+        fence = i + 1
         inv_value: Any = rng.choice([None, {"ttl_ms": 100}, {"fence": fence - 1, "lease": "L"},
                                      {"lease": 7}, {"lease": 2**62 if big else "é"}, [1, 2],
                                      1.5, {"fence": True}, {"a": {"b": 1}}, {"lease": False}])
