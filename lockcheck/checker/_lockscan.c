@@ -181,7 +181,8 @@ typedef struct {
     Col free_slots;
     Col gowner, gfence, ghas;
     Col cols[N_COLS];
-    int64_t last_index, seq, lines;
+    Col fcount; /* client lines (not events, not the nemesis) per f id */
+    int64_t last_index, seq, lines, n_ops;
 } Scanner;
 
 /* a parsed line */
@@ -348,7 +349,12 @@ static int process(Scanner *s, const Line *ln) {
     if (client && ln->type != S_INVOKE && map_get(&s->open, ln->proc, ln->f) == NULL)
         return 2;
     s->last_index = ln->index;
+    s->n_ops++;
     if (client) {
+        while ((int64_t)s->fcount.n <= ln->f)
+            if (col_push(&s->fcount, 0) < 0)
+                return -1;
+        s->fcount.d[ln->f]++;
         if (ln->type == S_INVOKE) {
             if (map_put(&s->open, ln->proc, ln->f, 1) < 0)
                 return -1;
@@ -806,6 +812,25 @@ static int Scanner_set_lines(Scanner *s, PyObject *v, void *closure) {
     return 0;
 }
 
+/* counts() -> (ops, {f: client lines}) */
+static PyObject *Scanner_counts(Scanner *s, PyObject *unused) {
+    PyObject *kinds = PyDict_New();
+    if (kinds == NULL)
+        return NULL;
+    for (size_t i = 0; i < s->fcount.n; i++) {
+        if (!s->fcount.d[i])
+            continue;
+        PyObject *n = PyLong_FromLongLong(s->fcount.d[i]);
+        if (n == NULL || PyDict_SetItem(kinds, PyList_GET_ITEM(s->strings, i), n) < 0) {
+            Py_XDECREF(n);
+            Py_DECREF(kinds);
+            return NULL;
+        }
+        Py_DECREF(n);
+    }
+    return Py_BuildValue("(LN)", (long long)s->n_ops, kinds);
+}
+
 static PyObject *Scanner_get_strings(Scanner *s, void *closure) {
     Py_INCREF(s->strings);
     return s->strings;
@@ -821,7 +846,7 @@ static void Scanner_dealloc(Scanner *s) {
     for (int c = 0; c < N_COLS; c++)
         PyMem_Free(s->cols[c].d);
     PyMem_Free(s->free_slots.d); PyMem_Free(s->gowner.d); PyMem_Free(s->gfence.d);
-    PyMem_Free(s->ghas.d);
+    PyMem_Free(s->ghas.d); PyMem_Free(s->fcount.d);
     Py_XDECREF(s->strings);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -849,6 +874,8 @@ static PyMethodDef Scanner_methods[] = {
      "scan(buf, start) -> offset where it stopped"},
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
      "feed(index, time, process, type, f, key, fence, lease) -> 0 | 1 (index) | 2 (orphan)"},
+    {"counts", (PyCFunction)Scanner_counts, METH_NOARGS,
+     "counts() -> (ops read, {f: lines of client processes})"},
     {"finish", (PyCFunction)Scanner_finish, METH_NOARGS,
      "finish() -> {column: bytes of int64}"},
     {NULL, NULL, 0, NULL},

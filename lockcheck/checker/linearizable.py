@@ -436,15 +436,29 @@ def check_linearizable_file(
     fast = bool(opts.extra.get("fast_path", True))
     cols = read_lock_columns(source, allow_truncated=allow_truncated) if (
         fast and model_name in LOCK_MODELS) else None
-    if cols is None:
-        if isinstance(source, (str, os.PathLike)):
-            ops = read_history(source, allow_truncated=allow_truncated)
-        else:
-            text = io.TextIOWrapper(source, encoding="utf-8", newline="")
-            ops = read_history_lines(text, str(getattr(source, "name", "<stream>")),
-                                     allow_truncated=allow_truncated).ops
-        return check_linearizable(ops, opts)
+    if cols is not None:
+        return check_linearizable_columns(cols, opts)
+    if isinstance(source, (str, os.PathLike)):
+        ops = read_history(source, allow_truncated=allow_truncated)
+    else:
+        text = io.TextIOWrapper(source, encoding="utf-8", newline="")
+        ops = read_history_lines(text, str(getattr(source, "name", "<stream>")),
+                                 allow_truncated=allow_truncated).ops
+    return check_linearizable(ops, opts)
+
+
+def check_linearizable_columns(cols: LockColumns, opts: CheckOptions) -> dict[str, Any]:
+    """`check_linearizable` on a history read into lock columns."""
+    model_name = str(opts.extra.get("model", DEFAULT_MODEL))
+    if model_name not in LOCK_MODELS:
+        return {"valid": "unknown", "error": f"unknown lock model {model_name!r}"}
     max_cache = opts.extra.get("max_cache")
+    if not opts.extra.get("fast_path", True):
+        return check_lock_operations(cols.operations(np.arange(len(cols))),
+                                     model_name=model_name, timeout_s=opts.timeout_s,
+                                     max_cache=max_cache if isinstance(max_cache, int) else None,
+                                     html_dir=opts.html_dir, use_fast_path=False)
     return check_lock_columns(cols, model_name=model_name, timeout_s=opts.timeout_s,
                               max_cache=max_cache if isinstance(max_cache, int) else None,
                               html_dir=opts.html_dir)
+

@@ -61,6 +61,8 @@ class LockColumns:
     named: Any  # the fence a renew or release names (where HAS_NAMED)
     strings: list[str]
     truncated_line: int | None
+    n_ops: int  # lines read as ops (all of them, not only the lock ops)
+    kinds: dict[str, int]  # lines of client processes (not events) per `f`
 
     def __len__(self) -> int:
         return len(self.key)
@@ -167,12 +169,14 @@ def _read(fh: IO[bytes], path: str, allow_truncated: bool) -> LockColumns | None
             truncated = _slow_line(sc, rest, path, allow_truncated)
     except _Unsupported:
         return None
+    n_ops, kinds = sc.counts()
     cols = {k: np.frombuffer(v, dtype=np.int64) for k, v in sc.finish().items()}
     kff = cols["kff"]
     return LockColumns(
         key=kff >> 8, f=(kff >> 4) & 15, flags=kff & 15, proc=cols["proc"],
         owner=cols["owner"], call=cols["call"], ret=cols["ret"], fence=cols["fence"],
-        named=cols["named"], strings=sc.strings, truncated_line=truncated,
+        named=cols["named"], strings=sc.strings, truncated_line=truncated, n_ops=n_ops,
+        kinds=kinds,
     )
 
 

@@ -181,3 +181,28 @@ def test_falls_back_where_a_number_does_not_fit(tmp_path: Path) -> None:
     assert lockscan.read_lock_columns(p) is None
     want = check_linearizable(read_history(p), CheckOptions())
     assert check_linearizable_file(p, CheckOptions()) == want
+
+
+@pytest.mark.parametrize("model", ["linearizable", "fenced-mutex", "mutex"])
+@pytest.mark.parametrize("plant", [False, True], ids=["valid", "lie"])
+def test_check_external_reads_columns_with_the_same_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, plant: bool) -> None:
+    from lockcheck.checker.external import check_external
+
+    p = tmp_path / "history.jsonl"
+    bench_locks.generate(p, ops=1500, keys=2, clients=6, ttl_ms=100, seed=5,
+                         shape=dataclasses.replace(bench_locks.SHAPES["no-fences"], plant=plant))
+    with p.open("a") as fh:  # an op the lock models do not understand, and a cut line
+        fh.write(_line(10**6, time=10**12, process=1, type="invoke", f="write", key="k0",
+                       value=1) + '\n{"index": ')
+
+    def run() -> dict[str, Any]:
+        r = check_external(p, model=model, fmt=None, timeout=10, html_dir=None,
+                           allow_truncated=True)
+        r.pop("elapsed_s")
+        r.get("details", {}).pop("elapsed_s", None)
+        return r
+
+    got = run()
+    monkeypatch.setattr(lockscan, "COMPILED", False)
+    assert got == run()
