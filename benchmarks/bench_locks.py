@@ -326,6 +326,25 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
     from lockcheck.history import read_history
 
     t0 = time.perf_counter()
+    if fast and not lease:
+        # the lock check as `check_linearizable_file` does it: read and check in one
+        from lockcheck.checker import lockscan
+        from lockcheck.checker.linearizable import check_linearizable_file
+
+        r = check_linearizable_file(path, CheckOptions(timeout_s=timeout))
+        return {
+            "reader": "lock columns (compiled)" if lockscan.COMPILED else "read_history",
+            "read_check_s": round(time.perf_counter() - t0, 2),
+            "cpu_s": round(time.process_time(), 2),
+            "valid": r["valid"],
+            "path": r["path"],
+            "note": r.get("note", ""),
+            "bad_key": r.get("key"),
+            "keys_ok": sum(1 for k in r["keys"].values() if k["result"] == "ok"),
+            "keys": len(r["keys"]),
+            "explanation": r.get("explanation", "")[:160],
+            "peak_rss_mb": _peak_mb(),
+        }
     ops = read_history(path)
     t1 = time.perf_counter()
     if lease:
@@ -354,14 +373,17 @@ def check_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> d
     }
 
 
-def run_child(path: Path, timeout: float | None, fast: bool, lease: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", str(path), "--fast", str(int(fast))]
+def run_child(path: Path, timeout: float | None, fast: bool, lease: bool,
+              base: Path | None = None) -> dict[str, Any]:
+    """Check in a fresh process; with `base`, with that checkout's lockcheck and script."""
+    script = Path(__file__) if base is None else base / "benchmarks" / Path(__file__).name
+    cmd = [sys.executable, str(script), "--child", str(path), "--fast", str(int(fast))]
     if lease:
         cmd.append("--lease")
     if timeout is not None:
         cmd += ["--timeout", str(timeout)]
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[1] if base is None else base)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -390,17 +412,23 @@ def run_shapes(args: argparse.Namespace) -> None:
             for plant in (False, True):
                 shape = dataclasses.replace(SHAPES[name], plant=plant)
                 p = d / f"{name}{'-lie' if plant else ''}.jsonl"
-                t0 = time.perf_counter()
-                counts = generate(p, ops=ops, keys=args.keys, clients=args.clients,
-                                  ttl_ms=args.ttl_ms, seed=args.seed, shape=shape)
-                size = p.stat().st_size / 1e6
-                info = sum(v for k, v in counts.items() if k.endswith(":info"))
-                print(f"{p.name}: generated in {time.perf_counter() - t0:.0f} s, {size:.0f} MB, "
-                      f"{counts['lines']} lines, {info} info")
-                print(f"  before: {_load()}")
-                res = run_child(p, None, True, False)
-                print(f"  {json.dumps(res)}")
-                p.unlink()
+                if args.reuse and p.exists():
+                    print(f"{p.name}: reused, {p.stat().st_size / 1e6:.0f} MB")
+                else:
+                    t0 = time.perf_counter()
+                    counts = generate(p, ops=ops, keys=args.keys, clients=args.clients,
+                                      ttl_ms=args.ttl_ms, seed=args.seed, shape=shape)
+                    size = p.stat().st_size / 1e6
+                    info = sum(v for k, v in counts.items() if k.endswith(":info"))
+                    print(f"{p.name}: generated in {time.perf_counter() - t0:.0f} s, "
+                          f"{size:.0f} MB, {counts['lines']} lines, {info} info")
+                for _ in range(args.rounds):  # with --base: the two interleaved
+                    for label, base in [("base", args.base)] * bool(args.base) + [("this", None)]:
+                        print(f"  {label}, {_load()}")
+                        res = run_child(p, None, True, False, base)
+                        print(f"    {json.dumps(res)}")
+                if not args.reuse:
+                    p.unlink()
 
 
 def _load() -> str:
@@ -420,6 +448,12 @@ def main() -> None:
     ap.add_argument("--search-timeout", type=float, default=60.0)
     ap.add_argument("--skip", default="", help="comma-separated runs to skip")
     ap.add_argument("--dir", type=Path, default=None, help="keep the histories here")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --dir and --shapes: check the histories already there, keep them")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="with --shapes: also check each history with this checkout's "
+                         "lockcheck (e.g. a worktree of main), interleaved, for a before/after")
+    ap.add_argument("--rounds", type=int, default=1, help="with --shapes: checks per history")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--fast", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)

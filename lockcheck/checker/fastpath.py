@@ -46,11 +46,11 @@ witness. With heaps this is O(n log n).
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lockcheck.checker.porcupine import CheckResult, Operation
 from lockcheck.checker.porcupine.lock_models import LockOutput, describe_lock_operation
@@ -79,23 +79,8 @@ class FastVerdict:
         return self.result is not None
 
 
-@dataclass(slots=True)
-class _Block:
-    """A grant and the ops attributed to it."""
-
-    acquire: Operation
-    fence: int | None
-    renews: list[Operation] = field(default_factory=list)
-    release: Operation | None = None
-    crashed_release: Operation | None = None  # mutex only: the earliest-invoked one
-
-    def ops(self) -> list[Operation]:
-        out = [self.acquire, *self.renews]
-        if self.release is not None:
-            out.append(self.release)
-        elif self.crashed_release is not None:
-            out.append(self.crashed_release)
-        return out
+ACQUIRE, RENEW, RELEASE = 0, 1, 2
+_CODES = {"acquire": ACQUIRE, "renew": RENEW, "release": RELEASE}
 
 
 def _describe(op: Operation) -> str:
@@ -116,172 +101,293 @@ def fast_check(history: Sequence[Operation], model: str = "fenced-mutex") -> Fas
     """Decide one key's history against `mutex` or `fenced-mutex`, if possible."""
     if model not in MODELS:
         return FastVerdict(None, f"no fast path for model {model!r}")
-    fenced = model == "fenced-mutex"
-    grants: dict[Hashable, list[Operation]] = {}
-    crashed_acquires: dict[Hashable, float] = {}  # client -> earliest call
-    attached: list[Operation] = []
+    f: list[int] = []
     for op in history:
-        f = op.input.f
-        crashed = op.return_time == INF
-        if f == "acquire":
-            c = op.input.client
+        code = _CODES.get(op.input.f)
+        if code is None:
+            return FastVerdict(None, f"unknown operation {op.input.f!r}")
+        f.append(code)
+    return decide(
+        f,
+        [op.input.client for op in history],
+        [op.call for op in history],
+        [op.return_time for op in history],
+        [_fence(op) if code == ACQUIRE else None for op, code in zip(history, f, strict=True)],
+        [op.input.fence for op in history],
+        model == "fenced-mutex",
+        history.__getitem__,
+    )
+
+
+def decide(
+    f: list[int],
+    client: list[Hashable],
+    call: list[Any],
+    ret: list[Any],
+    fence: list[int | None],
+    named: list[int | None],
+    fenced: bool,
+    op_at: Callable[[int], Operation],
+) -> FastVerdict:
+    """`fast_check` on columns: op i is `f[i]` (ACQUIRE, RENEW or RELEASE) about the
+    lease of `client[i]`, invoked at `call[i]`, returned at `ret[i]` (inf if crashed),
+    with `fence[i]` (an ok acquire's fence) and `named[i]` (the fence a renew or
+    release names). ``op_at(i)`` gives the operation, for the messages. Every step is
+    a pass over the columns or over the grants, with a sort of each client's grants and
+    a binary search per renew or release; the order of the grants is O(g log g)."""
+    n = len(f)
+    grants: dict[Hashable, list[int]] = {}
+    crashed_acquires: dict[Hashable, Any] = {}  # client -> earliest call
+    attached: list[int] = []
+    for i in range(n):
+        fi = f[i]
+        crashed = ret[i] == INF
+        if fi == ACQUIRE:
+            c = client[i]
             if crashed:
-                crashed_acquires[c] = min(op.call, crashed_acquires.get(c, INF))
+                t = crashed_acquires.get(c)
+                if t is None or call[i] < t:
+                    crashed_acquires[c] = call[i]
             else:
-                grants.setdefault(c, []).append(op)
-        elif f == "renew" or f == "release":
-            if not crashed or (f == "release" and not fenced):
-                attached.append(op)
-        else:
-            return FastVerdict(None, f"unknown operation {f!r}")
+                mine = grants.get(c)
+                if mine is None:
+                    grants[c] = [i]
+                else:
+                    mine.append(i)
+        elif not crashed or (fi == RELEASE and not fenced):
+            attached.append(i)
 
     if fenced:  # a fence granted twice can never be in increasing order
-        seen: dict[int, Operation] = {}
-        for ops in grants.values():
-            for a in ops:
-                n = _fence(a)
-                if n is None:
-                    continue
-                other = seen.get(n)
-                if other is not None:
-                    return _illegal(
-                        f"fence {n} was granted twice: {_describe(other)} and {_describe(a)}",
-                        other, a,
-                    )
-                seen[n] = a
+        fences = [fence[a] for ops in grants.values() for a in ops if fence[a] is not None]
+        if len(set(fences)) != len(fences):
+            seen: dict[int, int] = {}
+            for ops in grants.values():
+                for a in ops:
+                    fa = fence[a]
+                    if fa is None:
+                        continue
+                    other = seen.get(fa)
+                    if other is not None:
+                        o, p = op_at(other), op_at(a)
+                        return _illegal(f"fence {fa} was granted twice: {_describe(o)} and "
+                                        f"{_describe(p)}", o, p)
+                    seen[fa] = a
 
-    # each client's grants in call order, with the latest return among earlier ones
-    calls: dict[Hashable, list[float]] = {}
-    prior_ret: dict[Hashable, list[float]] = {}
+    # each client's grants in call order, with the latest return among earlier ones;
+    # blocks are numbered in that order (client by client)
+    calls: dict[Hashable, list[Any]] = {}
+    prior_ret: dict[Hashable, list[Any]] = {}
+    first_block: dict[Hashable, int] = {}
+    acq: list[int] = []  # block -> its acquire
     for c, ops in grants.items():
-        ops.sort(key=lambda o: o.call)
-        calls[c] = [o.call for o in ops]
+        ops.sort(key=call.__getitem__)
+        calls[c] = [call[a] for a in ops]
         top, before = -INF, []
-        for o in ops:
+        for a in ops:
             before.append(top)
-            top = max(top, o.return_time)
+            r = ret[a]
+            if r > top:
+                top = r
         prior_ret[c] = before
-    blocks = {id(a): _Block(a, _fence(a)) for ops in grants.values() for a in ops}
+        first_block[c] = len(acq)
+        acq.extend(ops)
+    nb = len(acq)
+    renews: dict[int, list[int]] = {}
+    release = [-1] * nb
+    crashed_release = [-1] * nb  # mutex only: the earliest-invoked one
 
-    for op in attached:
-        c = op.input.client
-        if c in crashed_acquires and crashed_acquires[c] <= op.return_time:
-            return FastVerdict(None, f"a crashed acquire of {c} may precede {_describe(op)}")
-        j = bisect_right(calls.get(c, []), op.return_time) - 1
+    for i in attached:
+        c = client[i]
+        ri = ret[i]
+        t = crashed_acquires.get(c)
+        if t is not None and t <= ri:
+            op = op_at(i)
+            return FastVerdict(None, f"a crashed acquire of {op.input.client} may precede "
+                                     f"{_describe(op)}")
+        cs = calls.get(c)
+        j = bisect_right(cs, ri) - 1 if cs is not None else -1
         if j < 0:
-            if op.return_time == INF:
+            if ri == INF:
                 continue  # a crashed release with nothing to release: never took effect
+            op = op_at(i)
             return _illegal(
-                f"{_describe(op)} completed at {op.return_time}, but {c} was granted "
-                "the lock by no acquire invoked before that", op)
-        g = grants[c][j]
-        if not (g.return_time < op.call and prior_ret[c][j] < g.call):
-            return FastVerdict(None, f"{c} has overlapping operations: cannot tell which "
-                                     f"grant {_describe(op)} belongs to")
-        b = blocks[id(g)]
-        named = op.input.fence
-        if fenced and named is not None and b.fence is not None and named != b.fence:
+                f"{_describe(op)} completed at {op.return_time}, but {op.input.client} was "
+                "granted the lock by no acquire invoked before that", op)
+        b = first_block[c] + j
+        g = acq[b]
+        if not (ret[g] < call[i] and prior_ret[c][j] < call[g]):
+            op = op_at(i)
+            return FastVerdict(None, f"{op.input.client} has overlapping operations: cannot "
+                                     f"tell which grant {_describe(op)} belongs to")
+        nm = named[i]
+        if fenced and nm is not None and fence[g] is not None and nm != fence[g]:
+            op, go = op_at(i), op_at(g)
             return _illegal(
-                f"{_describe(op)} names fence {named}, but the lease {c} held then was "
-                f"granted with fence {b.fence} ({_describe(g)})", g, op)
-        if op.input.f == "renew":
-            b.renews.append(op)
-        elif op.return_time == INF:
-            if b.crashed_release is None or op.call < b.crashed_release.call:
-                b.crashed_release = op
-        elif b.release is not None:
-            first = b.release
+                f"{_describe(op)} names fence {nm}, but the lease {op.input.client} held then "
+                f"was granted with fence {fence[g]} ({_describe(go)})", go, op)
+        if f[i] == RENEW:
+            rs = renews.get(b)
+            if rs is None:
+                renews[b] = [i]
+            else:
+                rs.append(i)
+        elif ri == INF:
+            cr = crashed_release[b]
+            if cr < 0 or call[i] < call[cr]:
+                crashed_release[b] = i
+        elif release[b] >= 0:
+            first, op = op_at(release[b]), op_at(i)
+            window = [op_at(x) for x in _block_ops(b, acq, renews, release, crashed_release)]
             return _illegal(
-                f"the lease of {_describe(g)} was released twice: "
-                f"{_describe(first)} and {_describe(op)}", first, op, window=[*b.ops(), op])
+                f"the lease of {_describe(op_at(g))} was released twice: "
+                f"{_describe(first)} and {_describe(op)}", first, op, window=[*window, op])
         else:
-            b.release = op
+            release[b] = i
 
-    order = list(blocks.values())
-    for b in order:  # inside a block: renews before the release
-        rel = b.release
-        if rel is not None:
-            for r in b.renews:
-                if rel.return_time < r.call:
+    for b in sorted(renews):  # inside a block: renews before the release
+        rs = renews[b]
+        rel = release[b]
+        if rel >= 0:
+            for r in rs:
+                if ret[rel] < call[r]:
+                    rop, relop = op_at(r), op_at(rel)
+                    window = [op_at(x)
+                              for x in _block_ops(b, acq, renews, release, crashed_release)]
                     return _illegal(
-                        f"{_describe(r)} was invoked at {r.call}, after the release of the "
-                        f"same lease completed at {rel.return_time}: the lease of "
-                        f"{_describe(b.acquire)} was renewed after it had been released",
-                        rel, r, window=b.ops())
-    return _order(order, fenced)
+                        f"{_describe(rop)} was invoked at {rop.call}, after the release of "
+                        f"the same lease completed at {relop.return_time}: the lease of "
+                        f"{_describe(op_at(acq[b]))} was renewed after it had been released",
+                        relop, rop, window=window)
+    return _order(_Blocks(acq, renews, release, crashed_release, fence, call, ret, op_at),
+                  fenced)
 
 
-@dataclass(frozen=True, slots=True)
-class _Span:
-    low: float  # L: earliest return
-    low_op: Operation
-    high: float  # closed U: latest invoke (inf: never released, mutex)
-    high_op: Operation | None
+def _block_ops(b: int, acq: list[int], renews: dict[int, list[int]], release: list[int],
+               crashed_release: list[int]) -> list[int]:
+    """A block's ops: the acquire, its renews, then its release (or crashed release)."""
+    out = [acq[b], *renews.get(b, ())]
+    if release[b] >= 0:
+        out.append(release[b])
+    elif crashed_release[b] >= 0:
+        out.append(crashed_release[b])
+    return out
 
 
-def _span(b: _Block, fenced: bool) -> _Span:
-    low_op = high_op = b.acquire
-    for o in b.renews:
-        if o.return_time < low_op.return_time:
-            low_op = o
-        if o.call > high_op.call:
-            high_op = o
-    rel = b.release
-    if rel is not None:
-        if rel.return_time < low_op.return_time:
-            low_op = rel
-        if rel.call > high_op.call:
-            high_op = rel
-    high: float = high_op.call
-    closing: Operation | None = high_op
-    if not fenced and rel is None:
-        cr = b.crashed_release
-        if cr is None:
-            high, closing = INF, None
-        elif cr.call > high:
-            high, closing = cr.call, cr
-    return _Span(low_op.return_time, low_op, high, closing)
+@dataclass(slots=True)
+class _Blocks:
+    """The grants (blocks) of one key and the columns of its ops."""
+
+    acq: list[int]
+    renews: dict[int, list[int]]
+    release: list[int]
+    crashed_release: list[int]
+    fence: list[int | None]
+    call: list[Any]
+    ret: list[Any]
+    op_at: Callable[[int], Operation]
+
+    def ops(self, b: int) -> list[Operation]:
+        return [self.op_at(i) for i in _block_ops(b, self.acq, self.renews, self.release,
+                                                   self.crashed_release)]
 
 
-def _order(blocks: list[_Block], fenced: bool) -> FastVerdict:
+def _spans(bl: _Blocks, fenced: bool) -> tuple[list[Any], list[int], list[Any], list[int]]:
+    """Per block: L (earliest return) and its op, closed U (latest invoke; inf: never
+    released, mutex) and its op (-1 for none)."""
+    call, ret, renews, release, crel = bl.call, bl.ret, bl.renews, bl.release, bl.crashed_release
+    lows: list[Any] = []
+    low_ops: list[int] = []
+    highs: list[Any] = []
+    high_ops: list[int] = []
+    for b, a in enumerate(bl.acq):
+        lo = hi = a
+        for o in renews.get(b, ()):
+            if ret[o] < ret[lo]:
+                lo = o
+            if call[o] > call[hi]:
+                hi = o
+        rel = release[b]
+        if rel >= 0:
+            if ret[rel] < ret[lo]:
+                lo = rel
+            if call[rel] > call[hi]:
+                hi = rel
+        high = call[hi]
+        if not fenced and rel < 0:
+            cr = crel[b]
+            if cr < 0:
+                high, hi = INF, -1
+            elif call[cr] > high:
+                high, hi = call[cr], cr
+        lows.append(ret[lo])
+        low_ops.append(lo)
+        highs.append(high)
+        high_ops.append(hi)
+    return lows, low_ops, highs, high_ops
+
+
+class _Walk:
+    """Blocks in a fixed order (best first) from which blocks only go: the best one
+    left, skipping the gone ones with path-compressed jumps (amortized O(1), where a
+    heap would pay O(log n) per pop, and Python per step)."""
+
+    __slots__ = ("gone", "items", "jump")
+
+    def __init__(self, items: list[int], gone: list[bool]) -> None:
+        self.items = items
+        self.gone = gone
+        self.jump = list(range(1, len(items) + 1))  # a position -> a later one to look at
+
+    def _alive(self, q: int) -> int:
+        """The first position >= q whose block is not gone (len(items) if none)."""
+        items, gone, jump = self.items, self.gone, self.jump
+        m = len(items)
+        r = q
+        while r < m and gone[items[r]]:
+            r = jump[r]
+        while q < r:  # compress the path just walked
+            nq = jump[q]
+            jump[q] = r
+            q = nq
+        return r
+
+    def top(self, skip: int = -1) -> int:
+        """The best block left other than `skip` (-1: none)."""
+        m = len(self.items)
+        p = self._alive(0)
+        if p < m and self.items[p] == skip:
+            p = self._alive(p + 1)
+        return self.items[p] if p < m else -1
+
+
+def _order(bl: _Blocks, fenced: bool) -> FastVerdict:
     """Find an order of the blocks from the back (see the module doc), or a cycle."""
-    n = len(blocks)
-    spans = [_span(b, fenced) for b in blocks]
-    chain = sorted((b.fence, i) for i, b in enumerate(blocks) if fenced and b.fence is not None)
-    in_chain = {i for _, i in chain}
-    by_high = [(-s.high, i) for i, s in enumerate(spans)]
-    by_low = [(-s.low, i) for i, s in enumerate(spans) if i not in in_chain]
-    heapq.heapify(by_high)
-    heapq.heapify(by_low)
+    n = len(bl.acq)
+    lows, low_ops, highs, high_ops = _spans(bl, fenced)
+    fence = bl.fence
+    chain = sorted((fence[a], b) for b, a in enumerate(bl.acq)
+                   if fenced and fence[a] is not None)
+    in_chain = {b for _, b in chain}
     gone = [False] * n
-
-    def top(heap: list[tuple[float, int]], skip: int = -1) -> int:
-        """The best remaining entry of a heap other than `skip` (-1: none)."""
-        while heap and gone[heap[0][1]]:
-            heapq.heappop(heap)
-        if not heap:
-            return -1
-        if heap[0][1] != skip:
-            return heap[0][1]
-        first = heapq.heappop(heap)
-        second = top(heap)
-        heapq.heappush(heap, first)
-        return second
-
+    # highest closed U first, then lowest block number (as a heap of (-U, b) would pop)
+    by_high = _Walk(sorted(range(n), key=lambda b: -highs[b]), gone)
+    by_low = _Walk(sorted((b for b in range(n) if b not in in_chain), key=lambda b: -lows[b]),
+                   gone)
     left = n
     while left > 1:
-        h1 = top(by_high)
-        h2 = top(by_high, h1)
+        h1 = by_high.top()
+        h2 = by_high.top(h1)
         t = chain[-1][1] if chain else -1
-        if (h1 not in in_chain or h1 == t) and spans[h1].low >= spans[h2].high:
+        if (h1 not in in_chain or h1 == t) and lows[h1] >= highs[h2]:
             pick = h1
         else:
-            best = [i for i in (top(by_low, h1), t) if i >= 0 and i != h1]
-            g = max(best, key=lambda i: spans[i].low, default=-1)
-            if g >= 0 and spans[g].low >= spans[h1].high:
+            best = [i for i in (by_low.top(h1), t) if i >= 0 and i != h1]
+            g = max(best, key=lows.__getitem__, default=-1)
+            if g >= 0 and lows[g] >= highs[h1]:
                 pick = g
             else:
-                return _cycle(blocks, spans, h1, h2, t, in_chain)
+                spans = _Spans(lows, low_ops, highs, high_ops)
+                return _cycle(bl, spans, h1, h2, t, in_chain)
         gone[pick] = True
         left -= 1
         if chain and chain[-1][1] == pick:
@@ -289,21 +395,30 @@ def _order(blocks: list[_Block], fenced: bool) -> FastVerdict:
     return FastVerdict(CheckResult.OK, f"{n} grants put in order without search")
 
 
-def _edge(blocks: list[_Block], spans: list[_Span], a: int, b: int) -> tuple[str, list[Operation]]:
+@dataclass(slots=True)
+class _Spans:
+    low: list[Any]
+    low_op: list[int]
+    high: list[Any]
+    high_op: list[int]
+
+
+def _edge(bl: _Blocks, sp: _Spans, a: int, b: int) -> tuple[str, list[Operation]]:
     """Why block a must come before block b (real time, or else the fences)."""
-    sa, sb = spans[a], spans[b]
-    if sa.low < sb.high:
-        if sb.high_op is None:
-            return (f"the lock granted by {_describe(blocks[b].acquire)} was never released, "
-                    "so that grant must be the last one", [sa.low_op, blocks[b].acquire])
-        return (f"{_describe(sa.low_op)} completed at {sa.low} before {_describe(sb.high_op)} "
-                f"was invoked at {sb.high}", [sa.low_op, sb.high_op])
-    return (f"fence {blocks[a].fence} is below fence {blocks[b].fence}",
-            [blocks[a].acquire, blocks[b].acquire])
+    op = bl.op_at
+    if sp.low[a] < sp.high[b]:
+        low_op = op(sp.low_op[a])
+        if sp.high_op[b] < 0:
+            return (f"the lock granted by {_describe(op(bl.acq[b]))} was never released, "
+                    "so that grant must be the last one", [low_op, op(bl.acq[b])])
+        high_op = op(sp.high_op[b])
+        return (f"{_describe(low_op)} completed at {sp.low[a]} before {_describe(high_op)} "
+                f"was invoked at {sp.high[b]}", [low_op, high_op])
+    return (f"fence {bl.fence[bl.acq[a]]} is below fence {bl.fence[bl.acq[b]]}",
+            [op(bl.acq[a]), op(bl.acq[b])])
 
 
-def _cycle(blocks: list[_Block], spans: list[_Span], h1: int, h2: int, t: int,
-           in_chain: set[int]) -> FastVerdict:
+def _cycle(bl: _Blocks, sp: _Spans, h1: int, h2: int, t: int, in_chain: set[int]) -> FastVerdict:
     """No block can come last: name two or three grants that must precede each other."""
     h1_free = h1 not in in_chain or h1 == t
     if not h1_free:
@@ -318,11 +433,11 @@ def _cycle(blocks: list[_Block], spans: list[_Span], h1: int, h2: int, t: int,
     witness: list[Operation] = []
     for k, a in enumerate(cyc):
         b = cyc[(k + 1) % len(cyc)]
-        text, ops = _edge(blocks, spans, a, b)
-        parts.append(f"{_describe(blocks[a].acquire)} must come before "
-                     f"{_describe(blocks[b].acquire)}: {text}")
+        text, ops = _edge(bl, sp, a, b)
+        parts.append(f"{_describe(bl.op_at(bl.acq[a]))} must come before "
+                     f"{_describe(bl.op_at(bl.acq[b]))}: {text}")
         witness.extend(o for o in ops if o not in witness)
-    window = [o for i in cyc for o in blocks[i].ops()]
+    window = [o for i in cyc for o in bl.ops(i)]
     window.sort(key=lambda o: o.call)
     return FastVerdict(
         CheckResult.ILLEGAL,

@@ -112,3 +112,39 @@ def test_random_register_histories(rng: random.Random) -> None:
         ops.append(Operation(i % 4, inp, call, out, ret))
     both(register(), ops)
     both(register(0), ops)
+
+
+def _native_off(model: Model[Any, Any, Any], history: Sequence[Operation]) -> None:
+    """The compiled search with the kv step in C and with the Python step: the same."""
+    for part in checker._split_operations(model, history):
+        prepared = checker._prepare(model, part)
+        assert prepared.native, "kv's step is expected to run in C"
+        a = _drive(checker._compiled_search(prepared))
+        prepared.native = 0
+        b = _drive(checker._compiled_search(prepared))
+        assert a == b
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_random_kv_histories_native_step(rng: random.Random) -> None:
+    ops = []
+    for i in range(rng.randint(1, 14)):
+        call = rng.randint(0, 40)
+        f = rng.choice(["get", "put", "append", "append"])
+        ret = math.inf if rng.random() < 0.2 else call + rng.randint(0, 10)
+        key = rng.choice(["a", "b"])
+        value = None if f == "get" else rng.choice(["x", "y", "xy", ""])
+        out = None
+        if f == "get" and ret != math.inf:
+            out = rng.choice(["", "x", "y", "xy", "yx", "xx"])
+        ops.append(Operation(i % 4, (f, key, value), call, out, ret))
+    both(kv(), ops)
+    _native_off(kv(), ops)
+
+
+def test_native_kv_step_leaves_odd_ops_to_python() -> None:
+    # an op the C step does not know goes to Python's step, which raises
+    ops = [Operation(0, ("cas", "k", "x"), 0, None, 1)]
+    with pytest.raises(ValueError, match="unknown operation"):
+        _drive(checker._compiled_search(checker._prepare(kv(), ops)))

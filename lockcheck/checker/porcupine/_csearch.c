@@ -19,6 +19,8 @@
 
 #define ILL (-2)
 #define NONE (-1)
+#define NATIVE_NONE 0
+#define NATIVE_KV 1 /* models._kv_value_step: one key's string value */
 
 typedef struct {
     int32_t e, state, forced, low, hi, chi;
@@ -31,7 +33,8 @@ typedef struct {
     int32_t tail;
     int32_t *nxt, *prv, *match, *opi, *rid, *cid, *rv;
     uint8_t *iscall, *ro;
-    PyObject *inputs, *outputs, *step, *ids, *states;
+    PyObject *inputs, *outputs, *step, *ids, *states, *unknown;
+    int native; /* NATIVE_*: a step of models.py done here, without calling Python */
     /* memo of transitions: key (entry << 32 | state) -> next state id or ILL */
     uint64_t *tkeys;
     int32_t *tvals;
@@ -70,7 +73,7 @@ static void Search_dealloc(Search *s) {
     PyMem_Free(s->zcr); PyMem_Free(s->lin); PyMem_Free(s->cr); PyMem_Free(s->chash);
     PyMem_Free(s->coff); PyMem_Free(s->arena); PyMem_Free(s->stack);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
-    Py_XDECREF(s->ids); Py_XDECREF(s->states);
+    Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -116,6 +119,40 @@ static int grow_transitions(Search *s) {
     return 0;
 }
 
+/* models._kv_value_step for str states and values: the next state as a new reference
+ * and *ok, or NULL with no error set where it does not apply (then Python's step runs,
+ * which also raises what it raises), or NULL with an error. */
+static PyObject *kv_step(Search *s, PyObject *state, PyObject *input, PyObject *output,
+                         int *ok) {
+    if (!PyUnicode_CheckExact(state) || !PyTuple_CheckExact(input) ||
+        PyTuple_GET_SIZE(input) != 3)
+        return NULL;
+    PyObject *f = PyTuple_GET_ITEM(input, 0), *value = PyTuple_GET_ITEM(input, 2);
+    if (!PyUnicode_CheckExact(f))
+        return NULL;
+    if (PyUnicode_CompareWithASCIIString(f, "get") == 0) {
+        if (output == s->unknown) {
+            *ok = 1;
+        } else {
+            *ok = PyObject_RichCompareBool(output, state, Py_EQ);
+            if (*ok < 0)
+                return NULL;
+        }
+        Py_INCREF(state);
+        return state;
+    }
+    if (!PyUnicode_CheckExact(value))
+        return NULL;
+    *ok = 1;
+    if (PyUnicode_CompareWithASCIIString(f, "put") == 0) {
+        Py_INCREF(value);
+        return value;
+    }
+    if (PyUnicode_CompareWithASCIIString(f, "append") == 0)
+        return PyUnicode_Concat(state, value);
+    return NULL;
+}
+
 /* the state after entry e from state, memoized; ILL if illegal; -3 on error */
 static int32_t transition(Search *s, int32_t e, int32_t state) {
     uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
@@ -128,28 +165,43 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
     }
     PyObject *argv[3] = {PyList_GET_ITEM(s->states, state), PyList_GET_ITEM(s->inputs, e),
                          PyList_GET_ITEM(s->outputs, e)};
-    PyObject *res = PyObject_Vectorcall(s->step, argv, 3, NULL);
-    if (res == NULL)
-        return -3;
-    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
-        Py_DECREF(res);
-        PyErr_SetString(PyExc_TypeError, "model step must return (legal, next_state)");
-        return -3;
-    }
-    int ok = PyObject_IsTrue(PyTuple_GET_ITEM(res, 0));
     int32_t next = ILL;
-    if (ok < 0) {
-        Py_DECREF(res);
-        return -3;
+    int ok = 0;
+    PyObject *ns = NULL;
+    if (s->native == NATIVE_KV) {
+        ns = kv_step(s, argv[0], argv[1], argv[2], &ok);
+        if (ns == NULL && PyErr_Occurred())
+            return -3;
     }
-    if (ok) {
-        next = intern(s, PyTuple_GET_ITEM(res, 1));
-        if (next == -3) {
+    if (ns != NULL) {
+        if (ok)
+            next = intern(s, ns);
+        Py_DECREF(ns);
+        if (next == -3)
+            return -3;
+    } else {
+        PyObject *res = PyObject_Vectorcall(s->step, argv, 3, NULL);
+        if (res == NULL)
+            return -3;
+        if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+            Py_DECREF(res);
+            PyErr_SetString(PyExc_TypeError, "model step must return (legal, next_state)");
+            return -3;
+        }
+        ok = PyObject_IsTrue(PyTuple_GET_ITEM(res, 0));
+        if (ok < 0) {
             Py_DECREF(res);
             return -3;
         }
+        if (ok) {
+            next = intern(s, PyTuple_GET_ITEM(res, 1));
+            if (next == -3) {
+                Py_DECREF(res);
+                return -3;
+            }
+        }
+        Py_DECREF(res);
     }
-    Py_DECREF(res);
     if ((s->tcount + 1) * 2 > s->tcap) {
         if (grow_transitions(s) < 0)
             return -3;
@@ -225,7 +277,7 @@ static int cached(Search *s, int32_t state, int add) {
     runs(s, &lw0, &nlw, &ncw);
     size_t need = 2 + (size_t)nlw + (size_t)ncw;
     if (s->asize + need > s->acap) {
-        size_t cap = s->acap ? s->acap * 2 : 1 << 16;
+        size_t cap = s->acap ? s->acap * 2 : 1 << 12;
         while (cap < s->asize + need)
             cap *= 2;
         uint64_t *a = PyMem_Realloc(s->arena, cap * sizeof(uint64_t));
@@ -475,12 +527,17 @@ static int fill(PyObject *seq, int32_t *out, Py_ssize_t n, const char *what) {
     return 0;
 }
 
-/* Search(match, opi, rid, cid, ro, rv, inputs, outputs, step, init, unknown) */
+/* Search(match, opi, rid, cid, ro, rv, inputs, outputs, step, init, unknown[, native])
+ * native: 0, or NATIVE_KV when step is models._kv_value_step */
 static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     PyObject *match, *opi, *rid, *cid, *ro, *rv, *inputs, *outputs, *step, *init, *unknown;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO", &match, &opi, &rid, &cid, &ro, &rv, &inputs,
-                          &outputs, &step, &init, &unknown))
+    int native = NATIVE_NONE;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOO|i", &match, &opi, &rid, &cid, &ro, &rv, &inputs,
+                          &outputs, &step, &init, &unknown, &native))
         return -1;
+    s->native = native;
+    Py_INCREF(unknown);
+    s->unknown = unknown;
     if (!PyList_Check(match) || !PyList_Check(inputs) || !PyList_Check(outputs)) {
         PyErr_SetString(PyExc_TypeError, "lists expected");
         return -1;

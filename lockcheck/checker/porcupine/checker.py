@@ -24,8 +24,10 @@ Models may mark read-only operations, which the search then linearizes eagerly (
 `_search`).
 
 Partitions are searched by resumable generators stepped round-robin in slices of
-pushes: a hard partition cannot starve the others, the first illegal partition ends the
-check, and the timeout and the cache cap are checked between slices. The cache cap
+pushes, small in the first rounds and growing: a hard partition cannot starve the
+others, the first illegal partition ends the check (one that is illegal within a few
+pushes, before the others have spent more than that), and the timeout and the cache cap
+are checked between slices. The cache cap
 bounds the total number of memoized configurations over all partitions.
 
 The same search is compiled from ``_csearch.c`` when the install had a C compiler
@@ -52,9 +54,17 @@ from .model import (
     Model,
     Operation,
     PartitionInfo,
+    make_operation,
 )
+from .models import _kv_value_step
 
-SLICE = 2000  # pushes per partition between two looks at the clock / the other partitions
+# steps of the shipped models that the compiled search runs in C (same results, no call
+# into Python per transition), by identity; see _csearch.c:kv_step
+_NATIVE_STEPS: dict[Callable[..., Any], int] = {_kv_value_step: 1}
+
+SLICE = 1000  # pushes per partition between two looks at the clock / the other partitions
+FIRST_SLICE = 64  # the first round's slice, doubled each round up to SLICE: a partition
+# that is illegal within a few pushes ends the check before the others have spent more
 
 try:  # the compiled search, built by `pip install` when a C compiler is there
     from . import _csearch  # type: ignore[attr-defined]
@@ -138,6 +148,7 @@ class _Part:
     inputs: list[Any]
     outputs: list[Any]
     need: int  # number of non-crashed ops
+    native: int  # the compiled search's own code for the model's step, 0 if none
 
 
 class _Illegal:
@@ -218,6 +229,7 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
         inputs=inputs,
         outputs=outputs,
         need=sum(req),
+        native=_NATIVE_STEPS.get(step, 0),
     )
 
 
@@ -471,7 +483,8 @@ def _compiled_search(part: _Part) -> Generator[None, int, _Outcome]:
     if part.need == 0:
         return _OK, (), None, 0
     search = _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
-                             part.inputs, part.outputs, part.step, part.init, UNKNOWN)
+                             part.inputs, part.outputs, part.step, part.init, UNKNOWN,
+                             part.native)
     budget = yield
     while True:
         done = search.run(budget)
@@ -537,10 +550,11 @@ def _run(
             active.append(j)
     stop_reason = ""
     illegal = False
+    slice_ = FIRST_SLICE
     while active and not stop_reason:
         still: list[int] = []
         for n, j in enumerate(active):
-            budget = SLICE
+            budget = slice_
             if max_cache is not None:
                 budget = min(budget, max_cache - sum(used))
                 if budget <= 0:
@@ -565,6 +579,7 @@ def _run(
                 still.extend(active[n + 1 :])
                 break
         active = still
+        slice_ = min(2 * slice_, SLICE)
     for j in active:
         gens[j].close()
 
@@ -613,22 +628,30 @@ def events_to_operations(events: Sequence[Event]) -> list[Operation]:
     """
     open_calls: dict[int, tuple[int, Any, int]] = {}
     done: list[tuple[int, Operation]] = []
+    append = done.append
+    make = make_operation
     for t, ev in enumerate(events):
-        if ev.kind == "call":
+        kind = ev.kind
+        if kind == "call":
             if ev.id in open_calls:
                 raise ValueError(f"event {t}: id {ev.id} is already open")
             open_calls[ev.id] = (ev.client_id, ev.value, t)
-        elif ev.kind == "return":
-            if ev.id not in open_calls:
+        elif kind == "return":
+            opened = open_calls.pop(ev.id, None)
+            if opened is None:
                 raise ValueError(f"event {t}: return for id {ev.id} without a call")
-            client, value, call_t = open_calls.pop(ev.id)
-            done.append((call_t, Operation(client, value, call_t, ev.value, t)))
+            client, value, call_t = opened
+            append((call_t, make(client, value, call_t, ev.value, t)))
         else:
             raise ValueError(f"event {t}: kind must be 'call' or 'return', not {ev.kind!r}")
     for client, value, call_t in open_calls.values():
-        done.append((call_t, Operation(client, value, call_t, UNKNOWN, math.inf)))
-    done.sort(key=lambda x: x[0])
+        append((call_t, make(client, value, call_t, UNKNOWN, math.inf)))
+    done.sort(key=_first)
     return [op for _, op in done]
+
+
+def _first(x: tuple[int, Operation]) -> int:
+    return x[0]
 
 
 def _split_operations(

