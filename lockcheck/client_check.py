@@ -20,6 +20,7 @@ else's lock, finds "overlapping holders" without saying why; these steps say why
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -69,6 +70,13 @@ def describe(e: BaseException) -> str:
         return f"{type(e).__name__}({str(e)[:60]!r})"
     name = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
     return f"{name}: {' '.join(str(e).split())[:80]}"
+
+
+def ends_in(lease: Lease) -> str:
+    left_ms = (lease.valid_until_ns - time.monotonic_ns()) / 1e6
+    if left_ms > 1e9:
+        return "the lease has no end of its own (held until the client says it is lost)"
+    return f"the lease ends in {left_ms:.0f} ms"
 
 
 def lockcheck_error(e: BaseException) -> bool:
@@ -143,8 +151,7 @@ class Steps:
             self.r.bad(step, "granted, but the lease has " + "; ".join(wrong))
         else:
             fence = "none" if lease.fence is None else str(lease.fence)
-            self.r.ok(step, f"granted (fence {fence}, valid for "
-                            f"{(lease.valid_until_ns - time.monotonic_ns()) / 1e6:.0f} ms)")
+            self.r.ok(step, f"granted (fence {fence}; {ends_in(lease)})")
         return lease
 
     def second_refused(self) -> None:
@@ -171,6 +178,13 @@ class Steps:
         before = a.valid_until_ns
         try:
             call(self.a.renew, a, timeout=self.timeout)
+        except Definite as e:
+            if isinstance(e, NotOwner):
+                self.r.bad(step, "the holder's renew said NotOwner")
+            else:  # a client that cannot renew (the library has no way to)
+                self.r.note(step, f"refused with {describe(e)}: a holder must finish "
+                                  "within its lease")
+            return
         except Exception as e:
             self.r.bad(step, f"the holder's renew raised {describe(e)}")
             return
@@ -178,8 +192,7 @@ class Steps:
             self.r.bad(step, "the lease ends sooner after the renew (valid_until_ns went "
                              "down)")
         else:
-            self.r.ok(step, f"the lease now ends in "
-                            f"{(a.valid_until_ns - time.monotonic_ns()) / 1e6:.0f} ms")
+            self.r.ok(step, f"renewed: {ends_in(a)}")
 
     def release_frees(self, a: Lease) -> bool:
         step = "release"
@@ -324,7 +337,14 @@ def run_client_check(text: str, backend_name: str, *, ttl_ms: int = 1000,
     t0 = time.monotonic()
     report = Report(say)
     say(f"client-check {text} on {b.name} ({spec.nodes} node(s), TTL {ttl_ms} ms)")
-    with_servers(b, spec, lambda db: check_on(db, b, r, spec, report))
+    # a library's own log lines (a traceback per refused connection) are not ours to print
+    quiet = logging.NullHandler()
+    root = logging.getLogger()
+    root.addHandler(quiet)
+    try:
+        with_servers(b, spec, lambda db: check_on(db, b, r, spec, report))
+    finally:
+        root.removeHandler(quiet)
     n = len(report.problems)
     say(f"{n} problem(s) in {time.monotonic() - t0:.1f} s" if n else
         f"no problems in {time.monotonic() - t0:.1f} s")
