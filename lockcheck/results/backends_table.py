@@ -60,10 +60,10 @@ def render_backends(rows: Sequence[dict[str, Any]]) -> str:
     if adapters:
         lines += ["", "Clients of lock libraries, run against a backend's servers with "
                   "--client NAME (or your own: --client MODULE:FACTORY):", ""]
-        body = [(r["adapter"] + (" (unsafe)" if r["unsafe"] else ""),
+        clients = [(r["adapter"] + (" (unsafe)" if r["unsafe"] else ""),
                  f"{r['client']} {r['client_version']}", "yes" if r["fence"] else "none",
                  ", ".join(r["backends"])) for r in adapters]
-        lines += [table(body, ("client", "library", "fence", "backends")), ""]
+        lines += [table(clients, ("client", "library", "fence", "backends")), ""]
         for r in adapters:
             lines.append(f"{r['adapter']} (--backend {' | '.join(r['backends'])} "
                          f"--client {r['adapter']}): {r['description']}.")
