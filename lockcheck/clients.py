@@ -243,10 +243,10 @@ def check_shape(clients: object, keys: Sequence[str], r: ResolvedClient) -> dict
     if missing:
         raise BadInput(f"{where} returned no client for lock name(s) {', '.join(missing)}")
     for k in keys:
-        lacks = [m for m in METHODS if not callable(getattr(clients[k], m, None))]
+        lacks = [f"{m}()" for m in METHODS if not callable(getattr(clients[k], m, None))]
         if lacks:
             raise BadInput(f"{where} returned for {k!r} a {type(clients[k]).__name__} "
-                           f"without {', '.join(lacks)}(); see lockcheck.api.LockClient")
+                           f"without {', '.join(lacks)}; see lockcheck.api.LockClient")
     return dict(clients)
 
 
