@@ -18,8 +18,9 @@ RENEW = OWNED + "return redis.call('pexpire', KEYS[1], ARGV[2])"
 
 class InhouseLock:
     def __init__(self, host, port, ttl_ms, timeout_s, drift):
+        # no retries: a SET NX retried after its reply was lost would answer "busy"
         self.r = redis.Redis(host=host, port=port, socket_timeout=timeout_s,
-                             socket_connect_timeout=timeout_s)
+                             socket_connect_timeout=timeout_s, retry=None)
         self.ttl_ms, self.drift = ttl_ms, drift
 
     def _do(self, command):
