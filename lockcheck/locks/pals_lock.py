@@ -72,7 +72,11 @@ class PalsClient:
         lock = self.locker.lock(key, blocking=False)
         with mapped_errors():
             if not lock.acquire():
-                lock.release()  # back to the pool: PALs keeps the connection otherwise
+                # back to the pool, as the Lock's garbage collection would (its release
+                # would unlock a lock this session does not hold)
+                if lock.conn is not None:
+                    lock.conn.close()
+                    lock.conn = None
                 return None
         self.grants += 1
         token = f"{id(self)}-{self.grants}"

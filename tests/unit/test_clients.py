@@ -235,3 +235,12 @@ def test_cli_refuses_a_client_that_does_not_import(modules: Path) -> None:
     r = CliRunner().invoke(main, ["client-check", "goodmod:not_callable"],
                            catch_exceptions=False)
     assert r.exit_code == exitcodes.BAD_INPUT and "not callable" in r.output
+
+
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_each_shipped_adapter_loads(name: str) -> None:
+    from lockcheck.backends import load
+
+    a = CLIENTS[name]
+    r = resolve_client(name, a.backends[0])
+    assert r.adapter is a and callable(load(a.client))
