@@ -7,8 +7,9 @@ reported (a killed holder silently re-subscribed by redis-py's retries): the
 subscription connection never retries, the holder learns of the loss (`lost`), and
 `fencing=True` draws a token from an INCR counter per channel at each grant.
 
-This adapter uses all of that: the lease lasts until `lost` (no clock of its own),
-`renew()` asks `lost`, the fence is `fence_token`. `interrupt_on_lost=False`: a loss
+This adapter uses all of that: the lease lasts until the library says it is lost
+(its `on_lost` callback, on the keep-alive thread; no clock of its own), `renew()`
+asks `lost`, the fence is `fence_token`. `interrupt_on_lost=False`: a loss
 must not raise KeyboardInterrupt in the worker. Contended acquires fail at once
 (`fail_when_locked`); a refusal may still take up to 1 s while the holder is pinged.
 """
@@ -54,18 +55,28 @@ class PortalockerClient:
                                  decode_responses=True)
         self.ttl_ms = ttl_ms
         self.locks: dict[str, portalocker.RedisLock] = {}
+        self.leases: dict[str, Lease] = {}
+
+    def _on_lost(self, lock: portalocker.RedisLock) -> None:
+        """portalocker's callback, on its keep-alive thread: the holder stops at once."""
+        lease = self.leases.get(lock.holder_id)
+        if lease is not None:
+            lease.lost = True
 
     def acquire(self, key: str) -> Lease | None:
         lock = portalocker.RedisLock(key, connection=self.redis, fail_when_locked=True,
-                                     timeout=0, interrupt_on_lost=False, fencing=True)
+                                     timeout=0, interrupt_on_lost=False, fencing=True,
+                                     on_lost=self._on_lost)
         try:
             with mapped_errors():
                 lock.acquire()
         except plx.AlreadyLocked:
             return None
         self.locks[lock.holder_id] = lock
-        return Lease(key=key, token=lock.holder_id, fence=lock.fence_token,
-                     ttl_ms=self.ttl_ms, valid_until_ns=FOREVER_NS)
+        lease = self.leases[lock.holder_id] = Lease(
+            key=key, token=lock.holder_id, fence=lock.fence_token, ttl_ms=self.ttl_ms,
+            valid_until_ns=FOREVER_NS, lost=lock.lost)
+        return lease
 
     def renew(self, lease: Lease) -> None:
         if self.locks[lease.token].lost:
@@ -74,6 +85,7 @@ class PortalockerClient:
 
     def release(self, lease: Lease) -> None:
         lock = self.locks.pop(lease.token)
+        self.leases.pop(lease.token, None)
         lost = lock.lost
         with mapped_errors():
             lock.release()
