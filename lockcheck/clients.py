@@ -121,9 +121,11 @@ CLIENTS: dict[str, ClientAdapter] = {a.name: a for a in [
         description="OpenStack tooz's coordinator.get_lock() through its redis, "
                     "zookeeper, etcd3gw or postgresql driver; heartbeat() renews",
         fence=None,
-        expect="safe without faults; a paused holder (client-pause) overlaps the next "
-               "one on every driver with a TTL; on postgresql a terminated session "
-               "(failover) goes unnoticed",
+        expect="safe without faults; the holder trusts tooz's local `acquired` flag, so "
+               "a paused holder (client-pause) overlaps the next one; on etcd a heartbeat "
+               "after the lease expired still succeeds (tooz ignores refresh()'s -1); "
+               "against stopped servers the redis and zookeeper drivers hang past the "
+               "request timeout (client-check)",
     ),
 ]}
 
