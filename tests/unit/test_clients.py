@@ -244,3 +244,17 @@ def test_each_shipped_adapter_loads(name: str) -> None:
     a = CLIENTS[name]
     r = resolve_client(name, a.backends[0])
     assert r.adapter is a and callable(load(a.client))
+
+
+def test_the_public_api_is_the_internal_one() -> None:
+    import lockcheck
+    import lockcheck.api as api
+    import lockcheck.locks.api as internal
+
+    assert api.API_VERSION == 1
+    for name in ("LockClient", "Lease", "Definite", "Indefinite", "NotOwner", "ClientOptions",
+                 "lease_deadline", "LockClientError"):
+        assert getattr(api, name) is getattr(internal, name), name
+    assert api.RunResult.__name__ == "RunResult" and api.TestSpec is TestSpec
+    with pytest.raises(BadInput, match="unknown option"):
+        lockcheck.run(backend="redis", nemeses="none")
