@@ -92,6 +92,10 @@ def main() -> None:
 @main.command()
 @click.option("--backend", default="redis", show_default=True,
               help="Lock service and client (see: lockcheck backends).")
+@click.option("--client", default=None,
+              help="Run this lock client against the backend's servers instead of its "
+                   "own: a shipped adapter (see: lockcheck backends) or your factory, "
+                   "MODULE:FACTORY or path/to/file.py:FACTORY (docs/your-own-lock.md).")
 @click.option("--workload", default="mutex", show_default=True,
               help="mutex (acquire/hold/release), fenced (also write to a fenced "
                    "resource), lock-set (read, hold, write back to an unprotected set) or "
@@ -181,7 +185,8 @@ def test(**o: Any) -> int:
         if o["seed"] is not None:
             seed += i
         spec = TestSpec(
-            backend=b.name, workload=o["workload"], nemesis=nemesis, provider=o["provider"],
+            backend=b.name, client=o["client"], workload=o["workload"], nemesis=nemesis,
+            provider=o["provider"],
             provider_options=provider_opts,
             nodes=o["nodes"] or b.default_nodes,
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
@@ -602,6 +607,25 @@ def images_build(base: str, force: bool, image: str | None) -> int:
     node_images.build(connect(), base=base, force=force, image=image or node_images.IMAGE,
                       say=lambda line: click.echo(line, err=True))
     return 0
+
+
+@main.command("client-check")
+@click.argument("factory")
+@click.option("--backend", default="redis", show_default=True,
+              help="Whose servers the client is checked against (see: lockcheck backends).")
+@click.option("--ttl-ms", type=int, default=1000, show_default=True, help="Lease TTL.")
+def client_check(factory: str, backend: str, ttl_ms: int) -> int:
+    """Check a lock client in seconds, without faults, before a long run.
+
+    FACTORY is MODULE:FACTORY, path/to/file.py:FACTORY or a shipped adapter's name.
+    Against live servers: acquire, a second acquire that must be refused, renew,
+    release, a lease that must expire, a renew and a release by the expired holder
+    that must be refused, and the errors of a stopped server. Exit 0 if the client
+    got everything right, 1 if not."""
+    from lockcheck.client_check import run_client_check
+
+    return run_client_check(factory, backend, ttl_ms=ttl_ms,
+                            say=lambda line: click.echo(line))
 
 
 if __name__ == "__main__":

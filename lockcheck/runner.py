@@ -31,6 +31,7 @@ from lockcheck import __version__
 from lockcheck.backends import Backend, backend, load
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
+from lockcheck.clients import ResolvedClient, probe_factory, resolve_client
 from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
@@ -39,6 +40,7 @@ from lockcheck.errors import BadInput
 from lockcheck.history import HistoryWriter, Op, read_history_full
 from lockcheck.intake import GATHER_S, Intake
 from lockcheck.interrupts import sigterm_as_interrupt
+from lockcheck.locks.api import ClientOptions
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
@@ -76,6 +78,7 @@ class Plan:
     workload: Workload
     provider: Provider
     db: DB
+    client: ResolvedClient | None = None  # `--client`: run instead of the backend's
 
 
 def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan:
@@ -96,7 +99,8 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     check_provider(p, spec, say)  # its options and hosts, the faults it cannot inject
     check_fault_prerequisites(spec)
     prepare_db(spec.nemesis, db, spec)
-    return Plan(spec, b, w, p, db)
+    client = resolve_client(spec.client, b.name) if spec.client is not None else None
+    return Plan(spec, b, w, p, db, client)
 
 
 def check_fault_prerequisites(spec: TestSpec) -> None:
@@ -292,6 +296,8 @@ class Run:
                 self.recover()
         except KeyboardInterrupt:
             interrupted = True
+        except BadInput:
+            raise  # refused once the servers were up (a client that cannot use them)
         except Exception as e:
             # the evidence so far is still checked and kept; the CLI reports the failure
             log.exception("run failed")
@@ -322,6 +328,14 @@ class Run:
                              "fence": p.backend.fence, "description": p.backend.description,
                              "capabilities": capabilities(p.db)}
         t["versions"] = versions(p)
+        if p.client is not None:
+            info = t["client"] = p.client.info()
+            t["backend_info"].update(
+                client=info["library"] or info["factory"], fence=info["fence"],
+                description=f"the {p.backend.name} backend's servers, with the client "
+                            f"{info['name']} instead of its own")
+            if info["library"]:
+                t["versions"][info["library"]] = info["version"]
         self.test = t
         store.write_json(self.run_dir / store.TEST, t)
 
@@ -364,6 +378,13 @@ class Run:
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
         self.p.backend.prepare(self.p.db, self.spec)
+        if self.p.client is not None:
+            spec = self.spec
+            probe_factory(self.p.client, self.p.backend.name, self.p.db.client_config(),
+                          self.keys, ClientOptions(
+                              ttl_ms=spec.ttl_ms, op_timeout_s=spec.op_timeout_s,
+                              drift=spec.clock_drift, worker=0,
+                              options={**self.p.backend.options, **self.p.client.options}))
 
     def stop_db(self) -> list[str]:
         problems = self.fetch_logs()
@@ -414,7 +435,10 @@ class Run:
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None,
             prompt=self.prompt, recovery_keys=self.key_plan.recovery,
-            key_params=self.key_plan.params, **kw)
+            key_params=self.key_plan.params,
+            client=self.p.client.factory if self.p.client else None,
+            client_path=self.p.client.path if self.p.client else None,
+            options=dict(self.p.client.options) if self.p.client else {}, **kw)
 
     def spawn_worker(self, index: int, host: Any, cfg: WorkerConfig,
                      log_name: str) -> WorkerHandle:
@@ -579,6 +603,8 @@ class Run:
                   f"{results['stats']['faults']} fault(s) injected\n\n")
         if "recovery" in results:
             out.write(f"recovery: {results['recovery']['summary']}\n")
+        for line in (results.get("client") or {}).get("notes", []):
+            out.write(f"client: {line}\n")
         render_summary(results, out)
         out.write(f"results: {self.run_dir}\n")
         if report is not None:

@@ -21,6 +21,9 @@ class TestSpec:
     __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
 
     backend: str = "redis"
+    # a lock client run against the backend's servers instead of its own: a shipped
+    # adapter's name or "module:factory" (lockcheck/clients.py)
+    client: str | None = None
     workload: str = "mutex"
     nemesis: tuple[str, ...] = ("partition",)
     provider: str = "local"
@@ -61,7 +64,12 @@ class TestSpec:
     @property
     def name(self) -> str:
         workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
-        return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
+        backend = self.backend
+        if self.client is not None:
+            from lockcheck.clients import client_label
+
+            backend += f"+{client_label(self.client)}"
+        return f"{backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
 
     @property
     def run_path(self) -> tuple[str, str, str]:
@@ -172,6 +180,10 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput(f"backend {b.name} needs --nodes {b.min_nodes} or more")
     if b.max_nodes is not None and spec.nodes > b.max_nodes:
         raise BadInput(f"backend {b.name} runs on at most {b.max_nodes} nodes")
+    if spec.client is not None:
+        from lockcheck.clients import resolve_client
+
+        resolve_client(spec.client, b.name)
     return spec
 
 

@@ -42,8 +42,15 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
     if valid is not False and not any(o.f == "acquire" and o.type == "ok" for o in ops):
         # nothing was ever held, so nothing was tested: that is not a pass
         valid, why = "unknown", "no lock was ever acquired: nothing was tested"
-    return {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
-            "checkers": results, "metrics": safe_metrics(ops, test) if metrics else {}}
+    out = {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
+           "checkers": results, "metrics": safe_metrics(ops, test) if metrics else {}}
+    if test.get("client"):  # a run with --client: its fences and unmapped errors
+        from lockcheck.checker.client_notes import client_notes
+
+        out["client"] = notes = client_notes(ops, test)
+        if notes["unmapped_errors"]:
+            out["summary"] = f"{why}; {notes['notes'][-1]}"
+    return out
 
 
 def load_test(path: Path) -> dict[str, Any]:

@@ -398,6 +398,9 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
                        for e in results.get("errors") or [])
     if results.get("failure"):
         problems += f'<p><b>The harness failed mid-run:</b> {esc(results["failure"])}</p>'
+    client = results.get("client") or {}
+    problems = "".join(f'<p class="small">client <b>{esc(client.get("name"))}</b>: {esc(n)}</p>'
+                       for n in client.get("notes") or []) + problems
     acq_total = (metrics.get("acquire") or {}).get("attempts", 0)
     resource = (f" · resource <b>{esc(test.get('resource', '?'))}</b>"
                 if test.get("workload") == "fenced" else "")

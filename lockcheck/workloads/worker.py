@@ -70,6 +70,10 @@ class WorkerConfig:
     record_phase_s: float | None = None
     # send every op the moment it is recorded (a fault acts on them as they arrive)
     prompt: bool = True
+    # `--client`: the factory ("module:attr") run instead of the backend's, and the
+    # folder it imports from (lockcheck/clients.py)
+    client: str | None = None
+    client_path: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -469,7 +473,13 @@ def main(argv: list[str]) -> int:
     workload = WORKLOADS[cfg.workload]
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
                          worker=cfg.worker, options={**backend.options, **cfg.options})
-    clients = backend.client_factory()(cfg.client_config, cfg.keys, opts)
+    if cfg.client is None:
+        clients = backend.client_factory()(cfg.client_config, cfg.keys, opts)
+    else:
+        from lockcheck.clients import worker_clients
+
+        clients = worker_clients(cfg.client, cfg.client_path, cfg.client_config, cfg.keys,
+                                 opts)
     resource = None
     if cfg.resource is not None and workload.resource_client is not None:
         resource = load(workload.resource_client)(cfg.resource, cfg.op_timeout_s)

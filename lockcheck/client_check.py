@@ -1,0 +1,397 @@
+"""`lockcheck client-check`: a lock client's contract, checked in seconds against live servers.
+
+No faults and no history: three clients of the factory (as three workers would get)
+go through the steps a run relies on, in order, and each step says what the client did
+wrong. A long run of a client that grants a held lock, or whose release frees someone
+else's lock, finds "overlapping holders" without saying why; these steps say why.
+
+1. acquire a free lock: a Lease for that name, valid in the future;
+2. a second client's acquire while it is held: refused (None);
+3. renew: no error, the lease does not end sooner;
+4. release, and the lock is free again (the second client gets it);
+5. that holder stops renewing: after the TTL a third client gets the lock, and the old
+   holder's lease clock says it ran out;
+6. the expired holder's renew and release: refused with NotOwner, and the release must
+   not free the current holder's lock;
+7. every server stopped: acquire ends in Definite or Indefinite within the timeout, not
+   in an exception the client does not map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockcheck.backends import Backend, backend
+from lockcheck.clients import ResolvedClient, check_shape, close_all, load_factory, resolve_client
+from lockcheck.cluster.api import DB, Killable
+from lockcheck.cluster.providers import ClusterRequest, provider
+from lockcheck.cluster.state import Registry
+from lockcheck.errors import BadInput
+from lockcheck.locks.api import ClientOptions, Definite, Indefinite, Lease, LockClient, NotOwner
+from lockcheck.preflight import debian_packages, require_binaries
+from lockcheck.spec import TestSpec, validate
+
+KEY = "client-check"
+
+
+class StepTimeout(Exception):
+    pass
+
+
+def call(fn: Callable[..., Any], *args: Any, timeout: float) -> Any:
+    """`fn(*args)` on a thread of its own, so that a client that hangs is reported, not
+    waited for (the thread is left behind; the check ends soon after)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise StepTimeout(f"did not return within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def describe(e: BaseException) -> str:
+    if isinstance(e, (Definite, Indefinite)):
+        return f"{type(e).__name__}({str(e)[:60]!r})"
+    name = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
+    return f"{name}: {' '.join(str(e).split())[:80]}"
+
+
+def ends_in(lease: Lease) -> str:
+    left_ms = (lease.valid_until_ns - time.monotonic_ns()) / 1e6
+    if left_ms > 1e9:
+        return "the lease has no end of its own (held until the client says it is lost)"
+    return f"the lease ends in {left_ms:.0f} ms"
+
+
+def lockcheck_error(e: BaseException) -> bool:
+    return isinstance(e, (Definite, Indefinite))
+
+
+@dataclass
+class Report:
+    say: Callable[[str], None]
+    problems: list[str] = field(default_factory=list)
+
+    def ok(self, step: str, detail: str) -> None:
+        self.say(f"  ok    {step}: {detail}")
+
+    def note(self, step: str, detail: str) -> None:
+        self.say(f"  note  {step}: {detail}")
+
+    def bad(self, step: str, detail: str) -> None:
+        self.problems.append(f"{step}: {detail}")
+        self.say(f"  FAIL  {step}: {detail}")
+
+
+class Steps:
+    """The steps, on three clients A, B and C of the same factory."""
+
+    def __init__(self, clients: Mapping[str, LockClient], ttl_ms: int, timeout: float,
+                 report: Report) -> None:
+        self.a, self.b, self.c = clients["A"], clients["B"], clients["C"]
+        self.ttl_ms, self.timeout, self.r = ttl_ms, timeout, report
+
+    def acquire(self, client: LockClient) -> Lease | None:
+        lease: Lease | None = call(client.acquire, KEY, timeout=self.timeout)
+        return lease
+
+    def run(self) -> None:
+        a = self.first_grant()
+        if a is None:
+            return
+        self.second_refused()
+        self.renew(a)
+        if not self.release_frees(a):
+            return
+        self.expiry()
+
+    def first_grant(self) -> Lease | None:
+        step = "acquire a free lock"
+        try:
+            lease = self.acquire(self.a)
+        except Exception as e:
+            self.r.bad(step, f"raised {describe(e)}; nothing else can be checked")
+            return None
+        if lease is None:
+            self.r.bad(step, "refused (None) although nobody holds it; nothing else can be "
+                             "checked")
+            return None
+        if not isinstance(lease, Lease):
+            self.r.bad(step, f"returned a {type(lease).__name__}; it must return a "
+                             "lockcheck.api.Lease or None")
+            return None
+        wrong = []
+        if lease.key != KEY:
+            wrong.append(f"key {lease.key!r} (asked for {KEY!r})")
+        if not lease.token:
+            wrong.append("an empty token (each grant needs its own)")
+        if lease.ttl_ms <= 0:
+            wrong.append(f"ttl_ms {lease.ttl_ms}")
+        if lease.valid_until_ns <= time.monotonic_ns():
+            wrong.append("valid_until_ns already past (use lease_deadline)")
+        if lease.fence is not None and not isinstance(lease.fence, int):
+            wrong.append(f"a fence of type {type(lease.fence).__name__} (int or None)")
+        if wrong:
+            self.r.bad(step, "granted, but the lease has " + "; ".join(wrong))
+        else:
+            fence = "none" if lease.fence is None else str(lease.fence)
+            self.r.ok(step, f"granted (fence {fence}; {ends_in(lease)})")
+        return lease
+
+    def second_refused(self) -> None:
+        step = "a second client's acquire while it is held"
+        try:
+            lease = self.acquire(self.b)
+        except Exception as e:
+            if lockcheck_error(e):
+                self.r.ok(step, f"refused ({describe(e)})")
+            else:
+                self.r.bad(step, f"raised {describe(e)}, which the client does not map; a "
+                                 "lock held by someone else is None")
+            return
+        if lease is None:
+            self.r.ok(step, "refused")
+            return
+        self.r.bad(step, "GRANTED while the first client holds the lock: no mutual "
+                         "exclusion at all")
+        with contextlib.suppress(Exception):
+            call(self.b.release, lease, timeout=self.timeout)
+
+    def renew(self, a: Lease) -> None:
+        step = "renew"
+        before = a.valid_until_ns
+        try:
+            call(self.a.renew, a, timeout=self.timeout)
+        except Definite as e:
+            if isinstance(e, NotOwner):
+                self.r.bad(step, "the holder's renew said NotOwner")
+            else:  # a client that cannot renew (the library has no way to)
+                self.r.note(step, f"refused with {describe(e)}: a holder must finish "
+                                  "within its lease")
+            return
+        except Exception as e:
+            self.r.bad(step, f"the holder's renew raised {describe(e)}")
+            return
+        if a.valid_until_ns < before:
+            self.r.bad(step, "the lease ends sooner after the renew (valid_until_ns went "
+                             "down)")
+        else:
+            self.r.ok(step, f"renewed: {ends_in(a)}")
+
+    def release_frees(self, a: Lease) -> bool:
+        step = "release"
+        try:
+            call(self.a.release, a, timeout=self.timeout)
+        except Exception as e:
+            self.r.bad(step, f"the holder's release raised {describe(e)}")
+            return False
+        try:
+            b = self.acquire(self.b)
+        except Exception as e:
+            self.r.bad(step, f"released, but the next acquire raised {describe(e)}")
+            return False
+        if b is None:
+            self.r.bad(step, "released, but another client is still refused: the lock "
+                             "was not freed")
+            return False
+        self.r.ok(step, "the lock is free again (another client got it)")
+        self.b_lease = b
+        return True
+
+    def expiry(self) -> None:
+        """B holds and stops renewing; C should get the lock after the TTL."""
+        step = "the lease expires when its holder stops renewing"
+        b = self.b_lease
+        deadline = time.monotonic() + 3 * self.ttl_ms / 1000
+        time.sleep(self.ttl_ms / 1000 * 1.2)
+        c = None
+        while True:
+            try:
+                c = self.acquire(self.c)
+            except Exception as e:
+                self.r.bad(step, f"an acquire after the TTL raised {describe(e)}")
+                return
+            if c is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if c is None:
+            self.r.note(step, f"still held {3 * self.ttl_ms} ms after its holder stopped "
+                              "renewing: the lock has no TTL, or renews itself; the "
+                              "expired-holder steps are skipped")
+            return
+        if b.still_holds():
+            self.r.bad(step, "another client got the lock while the old holder's lease "
+                             "says it is still valid: valid_until_ns must end before the "
+                             "service can grant the lock again (lease_deadline)")
+        else:
+            self.r.ok(step, "another client got it after the TTL, and the old holder's "
+                            "lease clock had run out")
+        self.renew_after_expiry(b)
+        self.release_by_non_owner(b)
+        with contextlib.suppress(Exception):
+            call(self.c.release, c, timeout=self.timeout)
+
+    def renew_after_expiry(self, b: Lease) -> None:
+        step = "renew by the expired holder"
+        try:
+            call(self.b.renew, b, timeout=self.timeout)
+        except NotOwner:
+            self.r.ok(step, "refused with NotOwner")
+            return
+        except Exception as e:
+            if lockcheck_error(e):
+                self.r.note(step, f"refused with {describe(e)}; NotOwner says what happened")
+            else:
+                self.r.bad(step, f"raised {describe(e)}, which the client does not map "
+                                 "(NotOwner: the lock is no longer ours)")
+            return
+        self.r.bad(step, "SUCCEEDED although the lock belongs to another client now: the "
+                         "renew must check the owner")
+
+    def release_by_non_owner(self, b: Lease) -> None:
+        step = "release by a non-owner (the expired holder)"
+        raised: BaseException | None = None
+        try:
+            call(self.b.release, b, timeout=self.timeout)
+        except Exception as e:
+            raised = e
+        try:
+            stolen = self.acquire(self.a)
+        except Exception as e:
+            self.r.bad(step, f"afterwards an acquire raised {describe(e)}")
+            return
+        if stolen is not None:
+            self.r.bad(step, "it FREED the current holder's lock (another client was "
+                             "granted it right after): the release must check the owner, "
+                             "in one step with the delete")
+            with contextlib.suppress(Exception):
+                call(self.a.release, stolen, timeout=self.timeout)
+        elif raised is None:
+            self.r.bad(step, "reported success; the lock stayed with its holder, but the "
+                             "release must raise NotOwner")
+        elif isinstance(raised, NotOwner):
+            self.r.ok(step, "refused with NotOwner; the holder keeps the lock")
+        elif lockcheck_error(raised):
+            self.r.note(step, f"refused with {describe(raised)}; NotOwner says what "
+                              "happened")
+        else:
+            self.r.bad(step, f"raised {describe(raised)}, which the client does not map "
+                             "(NotOwner)")
+
+
+def stopped_server(db: DB, client: LockClient, timeout: float, r: Report) -> None:
+    step = "acquire with every server stopped"
+    if not isinstance(db, Killable):
+        r.note(step, "skipped: this backend's servers cannot be stopped")
+        return
+    for node in list(db.describe()):
+        db.kill(node)
+    try:
+        lease = call(client.acquire, KEY + "-down", timeout=timeout)
+    except StepTimeout as e:
+        r.bad(step, f"{e}: give the client a timeout (ClientOptions.op_timeout_s)")
+        return
+    except Exception as e:
+        if lockcheck_error(e):
+            r.ok(step, f"{describe(e)}")
+        else:
+            r.bad(step, f"raised {describe(e)}, which the client does not map: a run "
+                        "records it as info (outcome unknown); raise Definite if the "
+                        "request never left, Indefinite if it may have been applied")
+        return
+    if lease is None:
+        r.note(step, "returned None (busy): recorded as a refusal; if the request may have "
+                     "reached a server, raise Indefinite")
+    else:
+        r.bad(step, "GRANTED with every server stopped")
+
+
+def run_client_check(text: str, backend_name: str, *, ttl_ms: int = 1000,
+                     say: Callable[[str], None] = print) -> int:
+    """Bring up the backend's servers, run the steps, take it all down; 0 or 1."""
+    b = backend(backend_name)
+    r = resolve_client(text, b.name)
+    spec = validate(TestSpec(backend=b.name, nodes=b.default_nodes, concurrency=1,
+                             nemesis=(), ttl_ms=ttl_ms))
+    p = provider("local")
+    why = p.prerequisites()
+    if why is not None:
+        raise BadInput(f"lockcheck client-check {why}")
+    require_binaries(b.binaries)
+    t0 = time.monotonic()
+    report = Report(say)
+    say(f"client-check {text} on {b.name} ({spec.nodes} node(s), TTL {ttl_ms} ms)")
+    # a library's own log lines (a traceback per refused connection) are not ours to print
+    quiet = logging.NullHandler()
+    root = logging.getLogger()
+    root.addHandler(quiet)
+    try:
+        with_servers(b, spec, lambda db: check_on(db, b, r, spec, report))
+    finally:
+        root.removeHandler(quiet)
+    n = len(report.problems)
+    say(f"{n} problem(s) in {time.monotonic() - t0:.1f} s" if n else
+        f"no problems in {time.monotonic() - t0:.1f} s")
+    return 1 if n else 0
+
+
+def with_servers(b: Backend, spec: TestSpec, fn: Callable[[DB], None]) -> None:
+    p = provider("local")
+    registry = Registry()
+    p.reap(registry)
+    db = b.make_db(spec)
+    cluster = p.make(ClusterRequest(nodes=spec.nodes, clients=0, registry=registry,
+                                    packages=debian_packages(b.binaries)))
+    try:
+        cluster.up()
+        db.setup(cluster)
+        b.prepare(db, spec)
+        fn(db)
+    finally:
+        try:
+            db.teardown()
+        finally:
+            cluster.down()
+
+
+def check_on(db: DB, b: Backend, r: ResolvedClient, spec: TestSpec, report: Report) -> None:
+    factory = load_factory(r)
+    config = db.client_config()
+    clients: dict[str, LockClient] = {}
+    made: list[object] = []
+    try:
+        for i, name in enumerate("ABC"):
+            opts = ClientOptions(ttl_ms=spec.ttl_ms, op_timeout_s=spec.op_timeout_s,
+                                 drift=spec.clock_drift, worker=i,
+                                 options={**b.options, **r.options})
+            try:
+                got = factory(config, [KEY, KEY + "-down"], opts)
+            except Exception as e:
+                raise BadInput(f"--client {r.text} cannot use the servers of backend "
+                               f"{b.name} (its client config has "
+                               f"{', '.join(sorted(config))}): {describe(e)}") from None
+            made.append(got)
+            clients[name] = check_shape(got, [KEY, KEY + "-down"], r)[KEY]
+        timeout = max(5.0, 4 * spec.op_timeout_s)
+        Steps(clients, spec.ttl_ms, timeout, report).run()
+        stopped_server(db, clients["A"], timeout, report)
+    finally:
+        for m in made:  # a client that hangs on close with its servers gone: not waited for
+            with contextlib.suppress(StepTimeout):
+                call(close_all, m, timeout=5.0)
