@@ -39,6 +39,9 @@ class Backend:
     binaries: tuple[str, ...] = ()  # server programs that must be installed
     options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
     unsafe: bool = False  # a variant that exists to show a known failure
+    # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
+    # so `client-pause --pause-at acquire` can stop it there
+    stops_at_reply: bool = False
 
     def make_db(self, spec: TestSpec) -> DB:
         factory: Callable[..., DB] = load(self.db)
@@ -82,7 +85,7 @@ def _redlock(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="redlock", db="lockcheck.cluster.redis:RedisDB",
         client="lockcheck.locks.redlock:make_clients", library="pottery",
-        binaries=("redis-server",), default_nodes=5, min_nodes=3)
+        binaries=("redis-server",), default_nodes=5, min_nodes=3, stops_at_reply=True)
     return Backend(**{**base, **kw})
 
 
@@ -175,6 +178,18 @@ BACKENDS: dict[str, Backend] = {
             expect="with the fenced workload the resource rejects a paused holder's stale "
                    "write (client-pause); a majority restarted empty makes fences regress",
             options={"fence": "nextid"},
+        ),
+        _redlock(
+            name="redlock-no-validity", unsafe=True,
+            description="redlock without Redlock's elapsed-time check: a quorum of "
+                        "grants is the lock however late its replies are read, and the "
+                        "lease runs a whole TTL from then",
+            fence=None,
+            expect="a client stopped with its grants unread (client-pause --pause-at "
+                   "acquire, a pause longer than the TTL) wakes up holding keys that "
+                   "expired meanwhile and overlaps the next holder; pottery's check "
+                   "(redlock) refuses the same late grant",
+            options={"validity": False},
         ),
         _etcd(
             name="etcd",

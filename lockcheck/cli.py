@@ -126,8 +126,9 @@ def main() -> None:
 @click.option("--pause-ms", type=int, default=None,
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
 @click.option("--pause-at", default="section", show_default=True,
-              help="client-pause: stop a holder inside its critical section (section) or "
-                   "as it leaves it, while it releases (release).")
+              help="client-pause: stop a holder inside its critical section (section), "
+                   "as it leaves it, while it releases (release), or a client whose "
+                   "grant's replies are in but unread (acquire; Redlock clients).")
 @click.option("--clock-offset-ms", type=int, default=None,
               help="clock-skew/bump/strobe: how far a clock moves [default: 2x TTL].")
 @click.option("--clock-rate", type=float, default=4.0, show_default=True,

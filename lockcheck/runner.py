@@ -453,6 +453,7 @@ class Run:
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
                          holders=self.holders.now, next_exit=self.holders.next_exit,
+                         stopped_at_acquire=self.holders.stopped_at_acquire,
                          prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 

@@ -10,7 +10,7 @@ from lockcheck.errors import BadInput
 RESOURCES = ("fenced", "unfenced")
 # which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
 KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all")
-PAUSE_AT = ("section", "release")  # where client-pause stops a holder
+PAUSE_AT = ("section", "release", "acquire")  # where client-pause stops a client
 NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
 CLOCK_TARGETS = ("nodes", "clients", "all")
 MAX_DELAY_MS = 10_000
@@ -119,7 +119,7 @@ def parse_range_ms(text: str, option: str) -> tuple[int, int]:
 
 def validate(spec: TestSpec) -> TestSpec:
     """Refuse a spec that cannot run, with one line naming the option."""
-    from lockcheck.backends import backend
+    from lockcheck.backends import BACKENDS, backend
     from lockcheck.cluster.providers import provider
     from lockcheck.nemesis.registry import NEMESES
     from lockcheck.workloads.registry import workload
@@ -145,6 +145,11 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--pause-ms must be at least 1")
     if spec.pause_at not in PAUSE_AT:
         raise BadInput(f"unknown --pause-at {spec.pause_at!r}; choose from {', '.join(PAUSE_AT)}")
+    if spec.pause_at == "acquire" and "client-pause" in spec.nemesis \
+            and not b.stops_at_reply:
+        able = ", ".join(n for n, x in BACKENDS.items() if x.stops_at_reply)
+        raise BadInput(f"--pause-at acquire needs a client that can stop with a grant's "
+                       f"replies unread; backend {b.name} cannot (these can: {able})")
     if spec.kill_targets not in KILL_TARGETS:
         raise BadInput(f"unknown --kill-targets {spec.kill_targets!r}; choose from "
                        f"{', '.join(KILL_TARGETS)}")
