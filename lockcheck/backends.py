@@ -222,6 +222,18 @@ BACKENDS: dict[str, Backend] = {
             options={"keepalive": False}, unsafe=True,
         ),
         _etcd(
+            name="etcd-jepsen", unsafe=True,
+            description="etcd as above with the discipline of Jepsen's etcd lock client: "
+                        "each client talks to one member, and a failed or refused "
+                        "keepalive never stops its critical section (no watcher)",
+            fence="create_revision of the lock key",
+            expect="with --workload lock-set, a holder whose member is paused, killed or "
+                   "cut off (pause, kill, partition) loses its lease, finishes its "
+                   "section anyway and writes over the next holder's add: lost updates, "
+                   "as Jepsen found; the default etcd client stops instead",
+            options={"heed_lease": False, "stick": True},
+        ),
+        _etcd(
             name="etcd3gw-with",
             description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
                         "`with`, which enters whether or not acquire() got the lock",
