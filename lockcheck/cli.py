@@ -147,7 +147,9 @@ def main() -> None:
               help="Then, how long each lock may take to be acquired again "
                    "[default: max(10 s, 3x TTL)].")
 @click.option("--resource", default="fenced", show_default=True,
-              help="fenced workload: fenced (rejects stale fences) or unfenced resource.")
+              help="fenced workload: fenced (rejects stale fences) or unfenced resource; "
+                   "lock-set with an etcd backend: etcd-txn keeps the sets in etcd, each "
+                   "write guarded by the writer's own lock key.")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Run the test this many times; stop at the first invalid run.")

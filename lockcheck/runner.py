@@ -395,7 +395,7 @@ class Run:
                               run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
                               keys=self.keys, clients=self.spec.concurrency + 1,
                               host=host if isinstance(host, Node) else None,
-                              record=self.record)
+                              record=self.record, service=self.p.db.client_config())
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
 

@@ -59,7 +59,7 @@ class TestSpec:
 
     @property
     def name(self) -> str:
-        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
         return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
 
     @property
@@ -133,6 +133,10 @@ def validate(spec: TestSpec) -> TestSpec:
     if spec.resource not in w.resources:
         raise BadInput(f"unknown resource mode {spec.resource!r} for the {w.name} workload; "
                        f"choose {' or '.join(w.resources)}")
+    family = w.resource_families.get(spec.resource)
+    if family is not None and b.family != family:
+        raise BadInput(f"--resource {spec.resource} keeps its data in {family} itself: it "
+                       f"needs a backend of the {family} family, not {b.name}")
     for name, v in (("--concurrency", spec.concurrency), ("--keys", spec.keys),
                     ("--nodes", spec.nodes), ("--ttl-ms", spec.ttl_ms)):
         if v < 1:
