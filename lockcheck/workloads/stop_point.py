@@ -30,8 +30,10 @@ Record = Callable[..., None]  # the worker's Recorder: (process, type, f, key, v
 class AcquireStop:
     """The hook a lock client calls once per granted acquire, before it reads the grant."""
 
-    def __init__(self, rec: Record, flush: Callable[[], None], worker: int) -> None:
+    def __init__(self, rec: Record, flush: Callable[[], None], worker: int,
+                 stop: Callable[[], None] | None = None) -> None:
         self.rec, self.flush = rec, flush
+        self.stop = stop or (lambda: os.kill(os.getpid(), signal.SIGSTOP))
         self.process: Callable[[], int] = lambda: worker
         self.armed = False
         self.lock = threading.Lock()
@@ -52,4 +54,4 @@ class AcquireStop:
             return
         self.rec(self.process(), "event", EVENT, key, {"at": "acquire"})
         self.flush()  # the controller must see it before we stop
-        os.kill(os.getpid(), signal.SIGSTOP)
+        self.stop()
