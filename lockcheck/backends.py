@@ -263,6 +263,16 @@ BACKENDS: dict[str, Backend] = {
             options={"wait_replicas": "all"},
         ),
         _sentinel(
+            name="redis-sentinel-wait-one", unsafe=True, default_nodes=5,
+            description="redis-sentinel, and every grant and renewal waits for one "
+                        "replica to acknowledge it (WAIT 1), not for all of them",
+            expect="with 5 nodes, a partition that leaves the primary and one replica on "
+                   "one side (partition-halves) lets the primary's holders renew, WAIT "
+                   "satisfied by that replica, while the other side fails over to a "
+                   "replica that never saw their grants and grants the lock again",
+            options={"wait_replicas": 1},
+        ),
+        _sentinel(
             name="redis-sentinel-min-replicas", unsafe=True,
             description="redis-sentinel, and each Redis refuses writes unless a replica "
                         "acknowledged it within 1 s (min-replicas-to-write 1)",

@@ -11,6 +11,9 @@
 * Jepsen's positive control (lock-etcd-set, `--resource etcd-txn`): the same clients
   and pauses, the sets in etcd and every write guarded by the writer's own lock key:
   the sections still overlap, and no add is lost.
+* aphyr's "Redis redux": `WAIT` for one replica does not survive a Sentinel failover
+  when that replica stays with the old primary (`redis-sentinel-wait-one`); `WAIT` for
+  every replica (`redis-sentinel-wait`) does, in the same cut.
 * etcd-io/etcd#11456 in the etcd every run uses: a lock granted on an expired lease,
   which lockcheck's etcd client notices (one member on loopback, no run).
 
@@ -42,18 +45,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 PAUSE_AT_ACQUIRE = ("--nemesis", "client-pause", "--pause-at", "acquire", "--keys", "1",
                     "--concurrency", "3", "--hold-ms", "100-300", "--time-limit", "12",
                     "--nemesis-interval", "1", "--quiet", "1")
-# Server pauses of 5 s (= --nemesis-interval) against a 2 s lease, sections of 4-6 s:
-# a holder whose member is paused outlives its lease, even when etcd's new leader
-# extends every lease on election. Eight clients on three names keep a waiter ready on
-# the members that still serve.
+# Two server pauses of 5 s (= --nemesis-interval) against a 2 s lease, sections of
+# 5-8 s: a holder whose member is paused outlives its lease, even when etcd's new
+# leader extends every lease on election. Nine clients (three per member) on four
+# names: some holder is bound to whichever member is paused, and waiters on the
+# members that still serve take its name as soon as its lease is gone.
 JEPSEN = ("--workload", "lock-set", "--nemesis", "pause", "--nemesis-interval", "5",
-          "--ttl-ms", "2000", "--hold-ms", "4000-6000", "--keys", "3", "--concurrency", "8",
+          "--ttl-ms", "2000", "--hold-ms", "5000-8000", "--keys", "4", "--concurrency", "9",
           "--time-limit", "22", "--quiet", "1")
+# aphyr's "Redis redux": five nodes, and seed 10's first cut of random halves (at about
+# 5 s, for 5 s) leaves the primary (n1) with one replica and two clients on one side,
+# three Sentinels on the other, which fail over within about 3 s.
+REDUX = ("--nodes", "5", "--nemesis", "partition-halves", "--nemesis-interval", "5",
+         "--time-limit", "16", "--quiet", "1", "--seed", "10")
 RUNS: dict[str, tuple[str, ...]] = {
     "no_validity": ("--backend", "redlock-no-validity", *PAUSE_AT_ACQUIRE),
     "pottery": ("--backend", "redlock", *PAUSE_AT_ACQUIRE),
     "jepsen": ("--backend", "etcd-jepsen", *JEPSEN),
     "jepsen_txn": ("--backend", "etcd-jepsen", "--resource", "etcd-txn", *JEPSEN),
+    "wait_one": ("--backend", "redis-sentinel-wait-one", *REDUX),
+    "wait_all": ("--backend", "redis-sentinel-wait", *REDUX),
 }
 
 
@@ -137,6 +148,32 @@ def test_a_write_guarded_by_the_lock_key_loses_nothing(module_cli: Any,
     final = [o for o in ops_of(r) if o.f == "final-state"]
     assert final and final[-1].value["sets"], "the sets were not read back from etcd"
     assert r.code == 0, r.explain()
+    module_cli.assert_no_leftovers(r.test_json()["run_id"])
+
+
+def test_wait_for_one_replica_does_not_survive_a_failover(module_cli: Any,
+                                                          runs: dict[str, Any]) -> None:
+    r = runs["wait_one"]
+    assert r.code == 1, r.explain()
+    checkers = r.results()["checkers"]
+    assert checkers["mutual-exclusion"]["valid"] is False, checkers["mutual-exclusion"]
+    # the service's fault: granted again while a renewed, acknowledged lease was valid
+    ls = checkers["lease-safety"]
+    assert ls["valid"] is False and ls["violation_count"] > 0, ls
+    cuts = [o.value for o in ops_of(r) if o.f == "start-partition" and o.type == "info"]
+    assert cuts and "n1" not in cuts[0]["grudge"]["n2"], cuts  # n1 and n2 on one side
+    module_cli.assert_no_leftovers(r.test_json()["run_id"])
+
+
+def test_wait_for_every_replica_survives_the_same_failover(module_cli: Any,
+                                                           runs: dict[str, Any]) -> None:
+    r = runs["wait_all"]
+    checkers = r.results()["checkers"]
+    assert checkers["mutual-exclusion"]["valid"] is True, checkers["mutual-exclusion"]
+    assert checkers["lease-safety"]["valid"] is True, checkers["lease-safety"]
+    # the same cut happened: the primary with one replica on one side
+    cuts = [o.value for o in ops_of(r) if o.f == "start-partition" and o.type == "info"]
+    assert cuts and "n1" not in cuts[0]["grudge"]["n2"], cuts
     module_cli.assert_no_leftovers(r.test_json()["run_id"])
 
 
