@@ -46,12 +46,12 @@ PAUSE_AT_ACQUIRE = ("--nemesis", "client-pause", "--pause-at", "acquire", "--key
                     "--concurrency", "3", "--hold-ms", "100-300", "--time-limit", "12",
                     "--nemesis-interval", "1", "--quiet", "1")
 # Two server pauses of 5 s (= --nemesis-interval) against a 2 s lease, sections of
-# 5-8 s: a holder whose member is paused outlives its lease, even when etcd's new
-# leader extends every lease on election. Nine clients (three per member) on four
-# names: some holder is bound to whichever member is paused, and waiters on the
-# members that still serve take its name as soon as its lease is gone.
+# 6-10 s: a holder whose member is paused outlives its lease, even when etcd's new
+# leader extends every lease on election. Nine clients (three per member) on six
+# names: some holder is almost surely bound to whichever member is paused, and the
+# free clients on the members that still serve take its name once its lease is gone.
 JEPSEN = ("--workload", "lock-set", "--nemesis", "pause", "--nemesis-interval", "5",
-          "--ttl-ms", "2000", "--hold-ms", "5000-8000", "--keys", "4", "--concurrency", "9",
+          "--ttl-ms", "2000", "--hold-ms", "6000-10000", "--keys", "6", "--concurrency", "9",
           "--time-limit", "22", "--quiet", "1")
 # aphyr's "Redis redux": five nodes, and seed 10's first cut of random halves (at about
 # 5 s, for 5 s) leaves the primary (n1) with one replica and two clients on one side,
