@@ -12,8 +12,8 @@ act that depends on it (GET, then DEL) is what a release that is not atomic gets
 wrong, and a random pause almost never lands in that window.
 
 With `--pause-at acquire` the pause lands with a grant's replies in flight
-(Kleppmann's third scenario): a random worker is armed (SIGUSR1) and stops itself at
-its next granted acquire, after a quorum of grants came back and before its lock
+(Kleppmann's third scenario): the workers are armed (SIGUSR1) and the first one to be
+granted a lock stops itself, after a quorum of grants came back and before its lock
 algorithm reads them (`workloads/stop_point.py`); it says so first with a
 `stop-at-acquire` event, which is when the pause starts. A client that checks the
 elapsed time against the TTL after reading them (Redlock's rule) refuses the late
@@ -26,7 +26,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,10 +71,11 @@ class Holders:
         with self._lock:
             return list(self._inside.values())
 
-    def stopped_at_acquire(self, arm: Callable[[], object], worker: int,
+    def stopped_at_acquire(self, arm: Callable[[], object], workers: Collection[int],
                            timeout: float) -> Holding | None:
-        """Call `arm` (which tells `worker` to stop at its next granted acquire), then
-        wait for that worker's `stop-at-acquire` event; None if none came in time."""
+        """Call `arm` (which tells `workers` to stop at their next granted acquire),
+        then wait for the first `stop-at-acquire` event of one of them; None if none
+        came in time."""
         with self._lock:
             seen = len(self._stops)
         arm()
@@ -82,7 +83,7 @@ class Holders:
             found: list[Holding] = []
 
             def came() -> bool:
-                found[:] = [h for h in self._stops[seen:] if h.worker == worker]
+                found[:] = [h for h in self._stops[seen:] if h.worker in workers]
                 return bool(found)
 
             self._exited.wait_for(came, timeout)
@@ -106,8 +107,8 @@ class ClientPause:
     wait_s: float  # how long to wait for someone to hold a lock
     next_exit: Callable[[float], Holding | None] | None = None  # set: pause at release
     # set: pause at acquire (Holders.stopped_at_acquire)
-    stopped_at_acquire: Callable[[Callable[[], object], int, float], Holding | None] | None \
-        = None
+    stopped_at_acquire: Callable[[Callable[[], object], Collection[int], float],
+                                 Holding | None] | None = None
     name: str = "client-pause"
     start_f: str = "pause-client"
     stop_f: str = "resume-client"
@@ -142,18 +143,26 @@ class ClientPause:
         return {"fault": self.name, "targets": [], "skipped": "no client released a lock"}
 
     def _at_acquire(self, rng: random.Random) -> dict[str, Any]:
+        """Every live worker is armed and the first one granted a lock stops itself:
+        an armed worker of its own could wait long, since the holder that releases
+        asks again at once and often wins. The others are disarmed right after."""
         assert self.stopped_at_acquire is not None
         live = [w for w in self.workers if w.daemon.alive()]
         if not live:
             return {"fault": self.name, "targets": [], "skipped": "no live client"}
-        w = rng.choice(live)
-        # the worker stops itself; from then on it is paused like any other
-        self._paused = [w]
-        h = self.stopped_at_acquire(lambda: w.daemon.signal(ARM), w.index, self.wait_s)
+
+        def arm() -> None:
+            for w in live:
+                w.daemon.signal(ARM)
+
+        h = self.stopped_at_acquire(arm, {w.index for w in live}, self.wait_s)
+        for w in live:
+            w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
         if h is None:
-            w.daemon.signal(DISARM)
-            return {"fault": self.name, "targets": [], "worker": w.index,
-                    "skipped": "the client was granted no lock in time"}
+            return {"fault": self.name, "targets": [], "skipped": "no client was granted a "
+                                                                  "lock in time"}
+        w = next(x for x in live if x.index == h.worker)
+        self._paused = [w]  # it stopped itself; from now on it is paused like any other
         return {"fault": self.name, "targets": [w.host], "worker": w.index,
                 "process": h.process, "key": h.key, "at": "acquire",
                 "pause_ms": round(self.hold_s * 1000)}
@@ -179,10 +188,8 @@ class ClientPause:
 def client_pause(ctx: RunContext) -> ClientPause:
     spec = ctx.spec
     pause_ms = spec.pause_ms if spec.pause_ms is not None else 2 * spec.ttl_ms
-    wait_s = max(1.0, spec.hold_ms[1] / 1000.0)
-    if spec.pause_at == "acquire":
-        wait_s *= 3  # one given client must win the lock, against the others
-    return ClientPause(ctx.workers, ctx.holders, pause_ms / 1000.0, wait_s=wait_s,
+    return ClientPause(ctx.workers, ctx.holders, pause_ms / 1000.0,
+                       wait_s=max(1.0, spec.hold_ms[1] / 1000.0),
                        next_exit=ctx.next_exit if spec.pause_at == "release" else None,
                        stopped_at_acquire=ctx.stopped_at_acquire
                        if spec.pause_at == "acquire" else None)

@@ -4,12 +4,12 @@ replies unread.
 Kleppmann's third scenario is a client that sends its lock requests and stops before
 it reads the answers; meanwhile the keys expire and another client takes the lock. The
 window (the replies sit in the client's buffers) lasts microseconds, so no signal from
-outside can hit it reliably. Instead the controller *arms* one worker (SIGUSR1), and
-that worker's lock client calls this hook at the point (`ClientOptions.at_grant_reply`:
+outside can hit it reliably. Instead the controller *arms* the workers (SIGUSR1), and
+each worker's lock client calls this hook at the point (`ClientOptions.at_grant_reply`:
 a quorum of grants is in, the algorithm has not looked at them). Armed, the hook
 records a `stop-at-acquire` event, flushes it, disarms and SIGSTOPs its own process:
 every thread stops there. The nemesis sees the event, waits `--pause-ms` and resumes
-the worker with SIGCONT. SIGUSR2 disarms a worker that never got that far.
+the worker with SIGCONT. SIGUSR2 disarms the workers that did not get that far first.
 """
 
 from __future__ import annotations

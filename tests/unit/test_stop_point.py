@@ -88,14 +88,14 @@ def test_the_nemesis_waits_for_the_armed_workers_event() -> None:
             holders.observe(_stop_event(4, "k2"))
         threading.Thread(target=later).start()
 
-    h = holders.stopped_at_acquire(arm, 4, 5.0)
+    h = holders.stopped_at_acquire(arm, {4, 5}, 5.0)
     assert h is not None and (h.worker, h.key) == (4, "k2")
 
 
 def test_an_event_before_arming_does_not_count() -> None:
     holders = Holders()
     holders.observe(_stop_event(1))
-    assert holders.stopped_at_acquire(lambda: None, 1, 0.05) is None
+    assert holders.stopped_at_acquire(lambda: None, {1}, 0.05) is None
 
 
 @pytest.mark.parametrize("backend", ["redis", "etcd", "zookeeper"])
