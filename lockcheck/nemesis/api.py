@@ -65,8 +65,8 @@ class RunContext:
     # the next holder to leave its critical section, waiting up to the given seconds
     next_exit: Callable[[float], Holding | None] | None = None
     # arm workers to stop at their next granted acquire, then wait for one to say it did
-    stopped_at_acquire: Callable[[Callable[[], object], Collection[int], float],
-                                 Holding | None] | None = None
+    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                  float], Holding | None] | None = None
     # what the faults' prepare steps made (nemesis/registry.py), by step
     prepared: Mapping[str, Any] = field(default_factory=dict)
 

@@ -44,6 +44,7 @@ class Holders:
         self._exits = 0
         self._last_exit: Holding | None = None
         self._stops: list[Holding] = []  # stop-at-acquire events, in order
+        self._entered: set[int] = set()  # workers that have held a lock (they are up)
 
     def observe(self, op: Mapping[str, Any]) -> None:
         if op.get("type") != "event" or op.get("key") is None:
@@ -51,6 +52,7 @@ class Holders:
         k = (op["key"], op.get("process"))
         with self._lock:
             if op.get("f") == "enter":
+                self._entered.add(int(op.get("worker", -1)))
                 v = op.get("value") or {}
                 self._inside[k] = Holding(
                     worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
@@ -71,14 +73,18 @@ class Holders:
         with self._lock:
             return list(self._inside.values())
 
-    def stopped_at_acquire(self, arm: Callable[[], object], workers: Collection[int],
-                           timeout: float) -> Holding | None:
-        """Call `arm` (which tells `workers` to stop at their next granted acquire),
-        then wait for the first `stop-at-acquire` event of one of them; None if none
-        came in time."""
+    def stopped_at_acquire(self, arm: Callable[[Collection[int]], object],
+                           workers: Collection[int], timeout: float) -> Holding | None:
+        """Call `arm` with those of `workers` that have held a lock already (so they
+        have their signal handlers: the signal would kill a worker still starting),
+        telling them to stop at their next granted acquire; then wait for the first
+        `stop-at-acquire` event of one of them. None if none came in time."""
         with self._lock:
             seen = len(self._stops)
-        arm()
+            workers = {w for w in workers if w in self._entered}
+        if not workers:
+            return None
+        arm(workers)
         with self._lock:
             found: list[Holding] = []
 
@@ -107,8 +113,8 @@ class ClientPause:
     wait_s: float  # how long to wait for someone to hold a lock
     next_exit: Callable[[float], Holding | None] | None = None  # set: pause at release
     # set: pause at acquire (Holders.stopped_at_acquire)
-    stopped_at_acquire: Callable[[Callable[[], object], Collection[int], float],
-                                 Holding | None] | None = None
+    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                  float], Holding | None] | None = None
     name: str = "client-pause"
     start_f: str = "pause-client"
     stop_f: str = "resume-client"
@@ -151,12 +157,15 @@ class ClientPause:
         if not live:
             return {"fault": self.name, "targets": [], "skipped": "no live client"}
 
-        def arm() -> None:
-            for w in live:
+        armed: list[WorkerRef] = []
+
+        def arm(ready: Collection[int]) -> None:
+            armed.extend(w for w in live if w.index in ready)
+            for w in armed:
                 w.daemon.signal(ARM)
 
         h = self.stopped_at_acquire(arm, {w.index for w in live}, self.wait_s)
-        for w in live:
+        for w in armed:
             w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
         if h is None:
             return {"fault": self.name, "targets": [], "skipped": "no client was granted a "

@@ -80,8 +80,14 @@ def _stop_event(worker: int, key: str = "k0") -> dict[str, Any]:
 
 def test_the_nemesis_waits_for_the_armed_workers_event() -> None:
     holders = Holders()
+    for w in (2, 4):  # they have held a lock: they are up and may be armed
+        holders.observe({"type": "event", "f": "enter", "key": "k9", "process": w,
+                         "worker": w, "time": 1, "value": {}})
+    armed: list[set[int]] = []
 
-    def arm() -> None:  # the worker answers a moment later, from another thread
+    def arm(ready: Any) -> None:  # the worker answers a moment later, from another thread
+        armed.append(set(ready))
+
         def later() -> None:
             time.sleep(0.05)
             holders.observe(_stop_event(2))  # someone else's: not ours
@@ -90,12 +96,22 @@ def test_the_nemesis_waits_for_the_armed_workers_event() -> None:
 
     h = holders.stopped_at_acquire(arm, {4, 5}, 5.0)
     assert h is not None and (h.worker, h.key) == (4, "k2")
+    assert armed == [{4}]  # 5 never held a lock: it may still be starting
+
+
+def test_no_worker_is_armed_before_it_held_a_lock() -> None:
+    holders = Holders()
+    armed: list[Any] = []
+    assert holders.stopped_at_acquire(armed.append, {0, 1}, 0.05) is None
+    assert armed == []
 
 
 def test_an_event_before_arming_does_not_count() -> None:
     holders = Holders()
+    holders.observe({"type": "event", "f": "enter", "key": "k0", "process": 1, "worker": 1,
+                     "time": 1, "value": {}})
     holders.observe(_stop_event(1))
-    assert holders.stopped_at_acquire(lambda: None, {1}, 0.05) is None
+    assert holders.stopped_at_acquire(lambda ready: None, {1}, 0.05) is None
 
 
 @pytest.mark.parametrize("backend", ["redis", "etcd", "zookeeper"])
