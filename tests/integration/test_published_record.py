@@ -39,11 +39,12 @@ from lockcheck.locks.etcd import EtcdLockClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
-# One lock name, three clients and short sections: the armed client wins the lock
+# One lock name, three clients and short sections: an armed client is granted the lock
 # within a second; TTL 1 s and a 2 s pause (2x TTL): its keys expire while it sleeps
-# and another client holds the lock when it wakes.
+# and another client holds the lock when it wakes. 16 s: on a loaded machine the
+# workers may take 5 s to start, and a pause comes only once one has held a lock.
 PAUSE_AT_ACQUIRE = ("--nemesis", "client-pause", "--pause-at", "acquire", "--keys", "1",
-                    "--concurrency", "3", "--hold-ms", "100-300", "--time-limit", "12",
+                    "--concurrency", "3", "--hold-ms", "100-300", "--time-limit", "16",
                     "--nemesis-interval", "1", "--quiet", "1")
 # Two server pauses of 5 s (= --nemesis-interval) against a 2 s lease, sections of
 # 6-10 s: a holder whose member is paused outlives its lease, even when etcd's new
