@@ -47,6 +47,15 @@ class Scenario:
     what: str
 
 
+# the published record's scenarios share their options with their controls
+_JEPSEN_LOCK_SET = ("--workload", "lock-set", "--nemesis", "pause", "--nemesis-interval", "5",
+                    "--ttl-ms", "2000", "--hold-ms", "6000-10000", "--keys", "6",
+                    "--concurrency", "9")
+_PAUSE_AT_ACQUIRE = ("--nemesis", "client-pause", "--pause-at", "acquire", "--keys", "1",
+                     "--concurrency", "3", "--hold-ms", "100-300", "--nemesis-interval", "1")
+_REDUX = ("--nodes", "5", "--nemesis", "partition-halves", "--nemesis-interval", "5",
+          "--seed", "10")
+
 SCENARIOS = [
     Scenario("redis-client-pause", ("--backend", "redis", "--nemesis", "client-pause"), True,
              "a holder paused past its TTL: another client is granted the lock"),
@@ -84,6 +93,17 @@ SCENARIOS = [
     Scenario("zookeeper-lock-set-client-pause",
              ("--backend", "zookeeper", "--workload", "lock-set", "--nemesis", "client-pause"),
              True, "the same on ZooKeeper"),
+    # the published record (docs/findings.md): Jepsen's etcd lock-set with Jepsen's
+    # client, Kleppmann's pause with the replies in flight, aphyr's WAIT-then-failover
+    # (seed 10: the first cut leaves the primary with one replica, the Sentinels'
+    # majority on the other side)
+    Scenario("etcd-jepsen-lock-set-pause", ("--backend", "etcd-jepsen", *_JEPSEN_LOCK_SET),
+             True, "server pauses; the holder ignores its lost lease and overwrites the set"),
+    Scenario("redlock-no-validity-pause-at-acquire",
+             ("--backend", "redlock-no-validity", *_PAUSE_AT_ACQUIRE), True,
+             "a client stopped with its grants unread, no elapsed-time check"),
+    Scenario("sentinel-wait-one-partition", ("--backend", "redis-sentinel-wait-one", *_REDUX),
+             True, "WAIT 1 answered by the replica beside the old primary, then a failover"),
     # controls: the resource enforces the fence, or the restart waits out the TTL
     Scenario("etcd-fenced-all", ("--backend", "etcd", "--workload", "fenced", "--nemesis",
                                  "partition,kill,pause,client-pause", "--ttl-ms", "2000"),
@@ -99,6 +119,13 @@ SCENARIOS = [
              ("--backend", "redlock", "--nemesis", "kill", "--kill-targets", "majority",
               "--restart-delay-ms", "2500"), False,
              "Redlock with restarts delayed past the TTL (antirez's rule)"),
+    Scenario("etcd-jepsen-lock-etcd-txn",
+             ("--backend", "etcd-jepsen", "--resource", "etcd-txn", *_JEPSEN_LOCK_SET), False,
+             "the same pauses, each write guarded by the writer's lock key in etcd"),
+    Scenario("redlock-pause-at-acquire", ("--backend", "redlock", *_PAUSE_AT_ACQUIRE), False,
+             "pottery checks the elapsed time and refuses the late grant"),
+    Scenario("sentinel-wait-all-partition", ("--backend", "redis-sentinel-wait", *_REDUX),
+             False, "WAIT for every replica in the same cut"),
 ]
 
 

@@ -39,6 +39,9 @@ class Backend:
     binaries: tuple[str, ...] = ()  # server programs that must be installed
     options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
     unsafe: bool = False  # a variant that exists to show a known failure
+    # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
+    # so `client-pause --pause-at acquire` can stop it there
+    stops_at_reply: bool = False
 
     def make_db(self, spec: TestSpec) -> DB:
         factory: Callable[..., DB] = load(self.db)
@@ -82,7 +85,7 @@ def _redlock(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="redlock", db="lockcheck.cluster.redis:RedisDB",
         client="lockcheck.locks.redlock:make_clients", library="pottery",
-        binaries=("redis-server",), default_nodes=5, min_nodes=3)
+        binaries=("redis-server",), default_nodes=5, min_nodes=3, stops_at_reply=True)
     return Backend(**{**base, **kw})
 
 
@@ -179,6 +182,18 @@ BACKENDS: dict[str, Backend] = {
                    "write (client-pause); a majority restarted empty makes fences regress",
             options={"fence": "nextid"},
         ),
+        _redlock(
+            name="redlock-no-validity", unsafe=True,
+            description="redlock without Redlock's elapsed-time check: a quorum of "
+                        "grants is the lock however late its replies are read, and the "
+                        "lease runs a whole TTL from then",
+            fence=None,
+            expect="a client stopped with its grants unread (client-pause --pause-at "
+                   "acquire, a pause longer than the TTL) wakes up holding keys that "
+                   "expired meanwhile and overlaps the next holder; pottery's check "
+                   "(redlock) refuses the same late grant",
+            options={"validity": False},
+        ),
         _etcd(
             name="etcd",
             description="etcd 3.4 cluster: v3lock (the server-side Mutex recipe) over the "
@@ -210,6 +225,18 @@ BACKENDS: dict[str, Backend] = {
             options={"keepalive": False}, unsafe=True,
         ),
         _etcd(
+            name="etcd-jepsen", unsafe=True,
+            description="etcd as above with the discipline of Jepsen's etcd lock client: "
+                        "each client talks to one member, and a failed or refused "
+                        "keepalive never stops its critical section (no watcher)",
+            fence="create_revision of the lock key",
+            expect="with --workload lock-set, a holder whose member is paused, killed or "
+                   "cut off (pause, kill, partition) loses its lease, finishes its "
+                   "section anyway and writes over the next holder's add: lost updates, "
+                   "as Jepsen found; the default etcd client stops instead",
+            options={"heed_lease": False, "stick": True},
+        ),
+        _etcd(
             name="etcd3gw-with",
             description="etcd3gw's Lock (one transaction on /locks/<name>) used through "
                         "`with`, which enters whether or not acquire() got the lock",
@@ -237,6 +264,16 @@ BACKENDS: dict[str, Backend] = {
                    "lock while any replica is missing; a primary restarted empty (kill) "
                    "still wipes its replicas",
             options={"wait_replicas": "all"},
+        ),
+        _sentinel(
+            name="redis-sentinel-wait-one", unsafe=True, default_nodes=5,
+            description="redis-sentinel, and every grant and renewal waits for one "
+                        "replica to acknowledge it (WAIT 1), not for all of them",
+            expect="with 5 nodes, a partition that leaves the primary and one replica on "
+                   "one side (partition-halves) lets the primary's holders renew, WAIT "
+                   "satisfied by that replica, while the other side fails over to a "
+                   "replica that never saw their grants and grants the lock again",
+            options={"wait_replicas": 1},
         ),
         _sentinel(
             name="redis-sentinel-min-replicas", unsafe=True,

@@ -132,8 +132,9 @@ def main() -> None:
 @click.option("--pause-ms", type=int, default=None,
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
 @click.option("--pause-at", default="section", show_default=True,
-              help="client-pause: stop a holder inside its critical section (section) or "
-                   "as it leaves it, while it releases (release).")
+              help="client-pause: stop a holder inside its critical section (section), "
+                   "as it leaves it, while it releases (release), or a client whose "
+                   "grant's replies are in but unread (acquire; Redlock clients).")
 @click.option("--clock-offset-ms", type=int, default=None,
               help="clock-skew/bump/strobe: how far a clock moves [default: 2x TTL].")
 @click.option("--clock-rate", type=float, default=4.0, show_default=True,
@@ -152,7 +153,9 @@ def main() -> None:
               help="Then, how long each lock may take to be acquired again "
                    "[default: max(10 s, 3x TTL)].")
 @click.option("--resource", default="fenced", show_default=True,
-              help="fenced workload: fenced (rejects stale fences) or unfenced resource.")
+              help="fenced workload: fenced (rejects stale fences) or unfenced resource; "
+                   "lock-set with an etcd backend: etcd-txn keeps the sets in etcd, each "
+                   "write guarded by the writer's own lock key.")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Run the test this many times; stop at the first invalid run.")

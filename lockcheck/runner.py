@@ -416,7 +416,7 @@ class Run:
                               run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
                               keys=self.keys, clients=self.spec.concurrency + 1,
                               host=host if isinstance(host, Node) else None,
-                              record=self.record)
+                              record=self.record, service=self.p.db.client_config())
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
 
@@ -477,6 +477,7 @@ class Run:
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
                          holders=self.holders.now, next_exit=self.holders.next_exit,
+                         stopped_at_acquire=self.holders.stopped_at_acquire,
                          prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 

@@ -10,7 +10,7 @@ from lockcheck.errors import BadInput
 RESOURCES = ("fenced", "unfenced")
 # which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
 KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all", "holder-quorum")
-PAUSE_AT = ("section", "release")  # where client-pause stops a holder
+PAUSE_AT = ("section", "release", "acquire")  # where client-pause stops a client
 NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
 CLOCK_TARGETS = ("nodes", "clients", "all")
 MAX_DELAY_MS = 10_000
@@ -63,7 +63,7 @@ class TestSpec:
 
     @property
     def name(self) -> str:
-        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
         backend = self.backend
         if self.client is not None:
             from lockcheck.clients import client_label
@@ -75,7 +75,7 @@ class TestSpec:
     def run_path(self) -> tuple[str, str, str]:
         """Where its runs go under the results folder: backend, workload, nemesis (no
         ambiguity when a backend's or workload's name has a dash)."""
-        workload = self.workload + ("-unfenced" if self.resource == "unfenced" else "")
+        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
         return self.backend, workload, "+".join(self.nemesis) or "none"
 
     @property
@@ -135,7 +135,7 @@ def parse_range_ms(text: str, option: str) -> tuple[int, int]:
 
 def validate(spec: TestSpec) -> TestSpec:
     """Refuse a spec that cannot run, with one line naming the option."""
-    from lockcheck.backends import backend
+    from lockcheck.backends import BACKENDS, backend
     from lockcheck.cluster.providers import provider
     from lockcheck.nemesis.registry import NEMESES
     from lockcheck.workloads.registry import workload
@@ -149,6 +149,10 @@ def validate(spec: TestSpec) -> TestSpec:
     if spec.resource not in w.resources:
         raise BadInput(f"unknown resource mode {spec.resource!r} for the {w.name} workload; "
                        f"choose {' or '.join(w.resources)}")
+    family = w.resource_families.get(spec.resource)
+    if family is not None and b.family != family:
+        raise BadInput(f"--resource {spec.resource} keeps its data in {family} itself: it "
+                       f"needs a backend of the {family} family, not {b.name}")
     for name, v in (("--concurrency", spec.concurrency), ("--keys", spec.keys),
                     ("--nodes", spec.nodes), ("--ttl-ms", spec.ttl_ms)):
         if v < 1:
@@ -161,6 +165,11 @@ def validate(spec: TestSpec) -> TestSpec:
         raise BadInput("--pause-ms must be at least 1")
     if spec.pause_at not in PAUSE_AT:
         raise BadInput(f"unknown --pause-at {spec.pause_at!r}; choose from {', '.join(PAUSE_AT)}")
+    if spec.pause_at == "acquire" and "client-pause" in spec.nemesis \
+            and not b.stops_at_reply:
+        able = ", ".join(n for n, x in BACKENDS.items() if x.stops_at_reply)
+        raise BadInput(f"--pause-at acquire needs a client that can stop with a grant's "
+                       f"replies unread; backend {b.name} cannot (these can: {able})")
     if spec.kill_targets not in KILL_TARGETS:
         raise BadInput(f"unknown --kill-targets {spec.kill_targets!r}; choose from "
                        f"{', '.join(KILL_TARGETS)}")

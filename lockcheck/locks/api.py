@@ -77,6 +77,10 @@ class ClientOptions:
     drift: float = 0.01
     worker: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)  # the backend variant's switches
+    # called by a client that can (Backend.stops_at_reply) with the lock name, once a
+    # grant's replies are in and before its algorithm reads them: where `client-pause
+    # --pause-at acquire` stops the worker (Kleppmann's pause with replies in flight)
+    at_grant_reply: Callable[[str], None] | None = None
 
 
 class LockClient(Protocol):

@@ -28,6 +28,13 @@ name holds the lock), `/v3/lease/keepalive` to renew, `/v3/lease/revoke` to rele
   stays the worker's recorded keepalive: a thread that renewed too would extend
   leases the history never shows, and the lease-safety checker would then under-count
   how long a lease was valid.
+* `heed_lease: False` and `stick: True` (the `etcd-jepsen` variant) are the discipline
+  of Jepsen's etcd lock client: each client talks to one member only, and nothing
+  about its lease stops its critical section. A failed, timed-out or refused
+  keepalive is a `fail` of the renewal and the section carries on; no watcher. (A
+  timed-out keepalive may still have gone through: recorded as `fail`, the
+  lease-safety checker counts that lease shorter than it may have been, which can
+  hide a fault of the service but never invent one.)
 """
 
 from __future__ import annotations
@@ -159,13 +166,15 @@ def server_ttl_s(ttl_ms: int) -> int:
 class Gateway:
     """JSON calls to an etcd cluster, one member at a time, moving on after an error."""
 
-    def __init__(self, endpoints: Sequence[str], first: int = 0) -> None:
+    def __init__(self, endpoints: Sequence[str], first: int = 0, stick: bool = False) -> None:
         self.endpoints = list(endpoints)
         self.at = first % len(self.endpoints)
+        self.stick = stick  # one member for good, as Jepsen's clients
         self.http = http_session()
 
     def move_on(self) -> None:
-        self.at = (self.at + 1) % len(self.endpoints)
+        if not self.stick:
+            self.at = (self.at + 1) % len(self.endpoints)
 
     def call(self, path: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         """POST `body`; the reply, or EtcdReplyError / a `requests` exception."""
@@ -253,15 +262,17 @@ class EtcdLockClient:
 
     def __init__(self, endpoints: Sequence[str], *, first: int = 0, ttl_ms: int,
                  op_timeout_s: float, drift: float = 0.01, fence: str = "create_revision",
-                 keepalive: bool = True) -> None:
+                 keepalive: bool = True, heed_lease: bool = True,
+                 stick: bool = False) -> None:
         self.ttl_ms, self.op_timeout_s, self.drift = ttl_ms, op_timeout_s, drift
         self.fence_source = fence
         self.keepalive = keepalive
-        self.gateway = Gateway(endpoints, first)
+        self.heed_lease = heed_lease
+        self.gateway = Gateway(endpoints, first, stick)
         self.server_ttl_s = server_ttl_s(ttl_ms)
         self.leases: dict[str, int] = {}  # token -> lease ID
-        self.watcher = (LeaseWatcher(Gateway(endpoints, first), ttl_ms / 4000.0,
-                                     op_timeout_s) if keepalive else None)
+        self.watcher = (LeaseWatcher(Gateway(endpoints, first, stick), ttl_ms / 4000.0,
+                                     op_timeout_s) if keepalive and heed_lease else None)
 
     def _left(self, deadline: float) -> float:
         return deadline - time.monotonic()
@@ -309,7 +320,7 @@ class EtcdLockClient:
                 raise Indefinite(f"fence: {e}") from e
             if kvs:
                 lease.fence = int(kvs[0]["create_revision"])
-            else:
+            elif self.heed_lease:
                 lease.lost = True  # granted, and its lease already gone
         self.leases[token] = lease_id
         if self.watcher is not None:
@@ -331,16 +342,26 @@ class EtcdLockClient:
     def renew(self, lease: Lease) -> None:
         t0 = time.monotonic_ns()
         if self.keepalive:
-            with mapped_errors():
-                reply = self.gateway.call(KEEPALIVE, {"ID": str(self.leases[lease.token])},
-                                          self.op_timeout_s)
-            # an unknown or expired lease comes back without a TTL
-            if int(reply.get("result", {}).get("TTL", 0)) <= 0:
-                lease.lost = True
-                raise NotOwner("not-owner")
+            try:
+                self._keepalive(lease)
+            except (Definite, Indefinite) as e:
+                if self.heed_lease:
+                    raise
+                # etcd-jepsen: noted, and the section carries on
+                raise Definite(f"{e or type(e).__name__} (ignored)"[:80]) from e
         # (etcd-no-keepalive: nothing is sent, yet the client believes it renewed)
         lease.valid_until_ns = max(lease.valid_until_ns,
                                    lease_deadline(t0, self.ttl_ms, self.drift))
+
+    def _keepalive(self, lease: Lease) -> None:
+        with mapped_errors():
+            reply = self.gateway.call(KEEPALIVE, {"ID": str(self.leases[lease.token])},
+                                      self.op_timeout_s)
+        # an unknown or expired lease comes back without a TTL
+        if int(reply.get("result", {}).get("TTL", 0)) <= 0:
+            if self.heed_lease:
+                lease.lost = True
+            raise NotOwner("not-owner")
 
     def release(self, lease: Lease) -> None:
         if self.watcher is not None:
@@ -362,6 +383,7 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
     client = EtcdLockClient(
         [str(e) for e in config["endpoints"]], first=opts.worker, ttl_ms=opts.ttl_ms,
         op_timeout_s=opts.op_timeout_s, drift=opts.drift,
-        fence=str(o.get("fence", "create_revision")), keepalive=bool(o.get("keepalive", True)))
+        fence=str(o.get("fence", "create_revision")), keepalive=bool(o.get("keepalive", True)),
+        heed_lease=bool(o.get("heed_lease", True)), stick=bool(o.get("stick", False)))
     return {k: client for k in keys}
 

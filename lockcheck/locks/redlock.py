@@ -28,11 +28,17 @@ The client's belief is Redlock's validity: TTL minus the elapsed time (counted f
 the invoke) minus the drift (TTL * drift + 2 ms, pottery's formula). Renewal is
 pottery's `extend` (a Lua compare-and-PEXPIRE on a quorum) with `num_extensions` set
 out of reach, so a long run is never cut short by `TooManyExtensions`.
+
+`validity: False` (the `redlock-no-validity` variant) is a client that skips that
+check: a quorum of grants is the lock, and its lease runs a whole TTL from the moment
+the replies were read. A client stopped with its grants unread (`client-pause
+--pause-at acquire`) then wakes up believing in keys that expired while it slept.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -128,10 +134,18 @@ def failed_round(answers: Mapping[Any, str], n: int, why: str) -> LockClientErro
 
 
 class TalliedRedlock(Redlock):
-    """pottery's Redlock that notes what each master answered in its latest rounds."""
+    """pottery's Redlock that notes what each master answered in its latest rounds.
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
+    `at_grant_reply(key)` is called (in the executor thread of the master whose answer
+    made it) the moment a quorum of masters has granted, before pottery's own thread
+    reads those answers and checks the elapsed time: where `client-pause --pause-at
+    acquire` stops the worker."""
+
+    def __init__(self, *, key: str, at_grant_reply: Callable[[str], None] | None = None,
+                 **kw: Any) -> None:
+        super().__init__(key=key, **kw)
+        self.name = key  # the lock name (pottery prefixes its Redis key)
+        self.at_grant_reply = at_grant_reply
         self.rounds: dict[str, Answers] = {}
         self.errors: list[str] = []
         self.guard = threading.Lock()
@@ -164,6 +178,11 @@ class TalliedRedlock(Redlock):
             raise
         with self.guard:
             answers[master] = YES if ok else NO
+            granted = (phase == "acquire" and ok and self.at_grant_reply is not None
+                       and list(answers.values()).count(YES) == quorum(len(self.masters)))
+        if granted:
+            assert self.at_grant_reply is not None
+            self.at_grant_reply(self.name)
         return ok
 
     # pottery calls these once per master, in its executor threads
@@ -175,6 +194,16 @@ class TalliedRedlock(Redlock):
 
     def _Redlock__release_master(self, master: redis.Redis) -> bool:
         return self._noted("release", master, _STEPS["release"])
+
+
+class NoValidityRedlock(TalliedRedlock):
+    """A Redlock client that takes a quorum of grants as the lock however long they
+    took to come back: pottery's elapsed-time check (validity = TTL - elapsed - drift
+    must stay above zero) is made void by an infinitely negative drift, so the check
+    always passes. The `redlock-no-validity` variant."""
+
+    def _Redlock__drift(self) -> float:
+        return -math.inf
 
 
 _STEPS: dict[str, Callable[..., Any]] = {
@@ -210,9 +239,14 @@ class RedlockClient:
 
     def __init__(self, masters: Sequence[tuple[str, int]], *, ttl_ms: int,
                  op_timeout_s: float, drift: float = 0.01, fence: str | None = None,
-                 names: Sequence[str] = ()) -> None:
+                 names: Sequence[str] = (), validity: bool = True,
+                 at_grant_reply: Callable[[str], None] | None = None) -> None:
         if fence not in (None, "nextid"):
             raise ValueError(f"fence must be None or 'nextid', not {fence!r}")
+        # False: the grant is believed, and its lease counted from when the replies
+        # were read, not from when the requests left (redlock-no-validity)
+        self.validity = validity
+        self.at_grant_reply = at_grant_reply
         self.ttl_ms = ttl_ms
         self.drift = drift
         self.masters = [single.redis_client(a, p, op_timeout_s / 3) for a, p in masters]
@@ -240,12 +274,14 @@ class RedlockClient:
         return next(ids)
 
     def acquire(self, key: str) -> Lease | None:
-        lock = TalliedRedlock(key=key, masters=self.masters,
-                              auto_release_time=self.ttl_ms / 1000.0,
-                              num_extensions=sys.maxsize)
+        kind = TalliedRedlock if self.validity else NoValidityRedlock
+        lock = kind(key=key, masters=self.masters, auto_release_time=self.ttl_ms / 1000.0,
+                    num_extensions=sys.maxsize, at_grant_reply=self.at_grant_reply)
         t0 = time.monotonic_ns()
         with mapped_errors(lock, self.n):
             got = lock.acquire(blocking=False)
+        if not self.validity:
+            t0 = time.monotonic_ns()
         if not got:
             err = failed_acquire(lock.answers("acquire"), lock.answers("release"), self.n,
                                  lock.why())
@@ -305,5 +341,7 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
     masters = [(str(a), int(p)) for a, p in config["masters"]]
     client = RedlockClient(masters, ttl_ms=opts.ttl_ms, op_timeout_s=opts.op_timeout_s,
                            drift=opts.drift, fence=opts.options.get("fence"),
-                           names=config.get("names", ()))
+                           names=config.get("names", ()),
+                           validity=bool(opts.options.get("validity", True)),
+                           at_grant_reply=opts.at_grant_reply)
     return {k: client for k in keys}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,6 +66,9 @@ class RunContext:
     holders: Callable[[], list[Holding]]
     # the next holder to leave its critical section, waiting up to the given seconds
     next_exit: Callable[[float], Holding | None] | None = None
+    # arm workers to stop at their next granted acquire, then wait for one to say it did
+    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                  float], Holding | None] | None = None
     # what the faults' prepare steps made (nemesis/registry.py), by step
     prepared: Mapping[str, Any] = field(default_factory=dict)
 

@@ -10,6 +10,14 @@ With `--pause-at release` the pause lands instead the moment a holder records th
 of its critical section, that is while it releases: a stall between a check and the
 act that depends on it (GET, then DEL) is what a release that is not atomic gets
 wrong, and a random pause almost never lands in that window.
+
+With `--pause-at acquire` the pause lands with a grant's replies in flight
+(Kleppmann's third scenario): the workers that have held a lock are armed (SIGUSR1)
+and the first one to be granted a lock again stops itself, after a quorum of grants came back and before its lock
+algorithm reads them (`workloads/stop_point.py`); it says so first with a
+`stop-at-acquire` event, which is when the pause starts. A client that checks the
+elapsed time against the TTL after reading them (Redlock's rule) refuses the late
+grant; one that does not believes in keys that expired while it slept.
 """
 
 from __future__ import annotations
@@ -18,11 +26,12 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.nemesis.api import Holding, RunContext, WorkerRef
+from lockcheck.workloads.stop_point import ARM, DISARM, EVENT
 
 
 class Holders:
@@ -34,6 +43,8 @@ class Holders:
         self._exited = threading.Condition(self._lock)
         self._exits = 0
         self._last_exit: Holding | None = None
+        self._stops: list[Holding] = []  # stop-at-acquire events, in order
+        self._entered: set[int] = set()  # workers that have held a lock (they are up)
 
     def observe(self, op: Mapping[str, Any]) -> None:
         if op.get("type") != "event" or op.get("key") is None:
@@ -41,6 +52,7 @@ class Holders:
         k = (op["key"], op.get("process"))
         with self._lock:
             if op.get("f") == "enter":
+                self._entered.add(int(op.get("worker", -1)))
                 v = op.get("value")
                 v = v if isinstance(v, dict) else {}
                 self._inside[k] = Holding(
@@ -54,10 +66,37 @@ class Holders:
                 if h is not None:
                     self._last_exit, self._exits = h, self._exits + 1
                     self._exited.notify_all()
+            elif op.get("f") == EVENT:
+                self._stops.append(Holding(
+                    worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
+                    key=str(op["key"]), fence=None, since_ns=int(op.get("time", 0))))
+                self._exited.notify_all()
 
     def now(self) -> list[Holding]:
         with self._lock:
             return list(self._inside.values())
+
+    def stopped_at_acquire(self, arm: Callable[[Collection[int]], object],
+                           workers: Collection[int], timeout: float) -> Holding | None:
+        """Call `arm` with those of `workers` that have held a lock already (so they
+        have their signal handlers: the signal would kill a worker still starting),
+        telling them to stop at their next granted acquire; then wait for the first
+        `stop-at-acquire` event of one of them. None if none came in time."""
+        with self._lock:
+            seen = len(self._stops)
+            workers = {w for w in workers if w in self._entered}
+        if not workers:
+            return None
+        arm(workers)
+        with self._lock:
+            found: list[Holding] = []
+
+            def came() -> bool:
+                found[:] = [h for h in self._stops[seen:] if h.worker in workers]
+                return bool(found)
+
+            self._exited.wait_for(came, timeout)
+            return found[0] if found else None
 
     def next_exit(self, timeout: float) -> Holding | None:
         """The next holder to leave its critical section from now on (it is releasing
@@ -76,6 +115,9 @@ class ClientPause:
     hold_s: float  # --pause-ms
     wait_s: float  # how long to wait for someone to hold a lock
     next_exit: Callable[[float], Holding | None] | None = None  # set: pause at release
+    # set: pause at acquire (Holders.stopped_at_acquire)
+    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                  float], Holding | None] | None = None
     name: str = "client-pause"
     start_f: str = "pause-client"
     stop_f: str = "resume-client"
@@ -84,6 +126,8 @@ class ClientPause:
     def start(self, rng: random.Random) -> dict[str, Any]:
         if self.next_exit is not None:
             return self._at_release()
+        if self.stopped_at_acquire is not None:
+            return self._at_acquire(rng)
         by_index = {w.index: w for w in self.workers}
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -106,6 +150,34 @@ class ClientPause:
             if h is not None and h.worker in by_index and by_index[h.worker].daemon.alive():
                 return {**self._stop(by_index[h.worker], h), "at": "release"}
         return {"fault": self.name, "targets": [], "skipped": "no client released a lock"}
+
+    def _at_acquire(self, rng: random.Random) -> dict[str, Any]:
+        """Every live worker is armed and the first one granted a lock stops itself:
+        an armed worker of its own could wait long, since the holder that releases
+        asks again at once and often wins. The others are disarmed right after."""
+        assert self.stopped_at_acquire is not None
+        live = [w for w in self.workers if w.daemon.alive()]
+        if not live:
+            return {"fault": self.name, "targets": [], "skipped": "no live client"}
+
+        armed: list[WorkerRef] = []
+
+        def arm(ready: Collection[int]) -> None:
+            armed.extend(w for w in live if w.index in ready)
+            for w in armed:
+                w.daemon.signal(ARM)
+
+        h = self.stopped_at_acquire(arm, {w.index for w in live}, self.wait_s)
+        for w in armed:
+            w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
+        if h is None:
+            return {"fault": self.name, "targets": [], "skipped": "no client was granted a "
+                                                                  "lock in time"}
+        w = next(x for x in live if x.index == h.worker)
+        self._paused = [w]  # it stopped itself; from now on it is paused like any other
+        return {"fault": self.name, "targets": [w.host], "worker": w.index,
+                "process": h.process, "key": h.key, "at": "acquire",
+                "pause_ms": round(self.hold_s * 1000)}
 
     def _stop(self, w: WorkerRef, h: Holding) -> dict[str, Any]:
         w.daemon.signal(signal.SIGSTOP)
@@ -130,4 +202,6 @@ def client_pause(ctx: RunContext) -> ClientPause:
     pause_ms = spec.pause_ms if spec.pause_ms is not None else 2 * spec.ttl_ms
     return ClientPause(ctx.workers, ctx.holders, pause_ms / 1000.0,
                        wait_s=max(1.0, spec.hold_ms[1] / 1000.0),
-                       next_exit=ctx.next_exit if spec.pause_at == "release" else None)
+                       next_exit=ctx.next_exit if spec.pause_at == "release" else None,
+                       stopped_at_acquire=ctx.stopped_at_acquire
+                       if spec.pause_at == "acquire" else None)

@@ -12,7 +12,7 @@ checkers and verdict rule that judge it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,6 +79,8 @@ class ResourceContext:
     host: Node | None = None
     # appends a record to the history (a resource's final state, say)
     record: Callable[[dict[str, Any]], None] | None = None
+    # the database's client configuration (endpoints), for a resource kept in it
+    service: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Resource(Protocol):
@@ -103,6 +105,9 @@ class Workload:
     resource: str | None = None  # "module:factory": factory(ResourceContext) -> Resource
     resource_client: str | None = None  # "module:factory": factory(config, timeout_s) -> client
     resources: tuple[str, ...] = ("fenced", "unfenced")  # the --resource modes it takes
+    # a --resource mode that only works with one backend family (its store is that
+    # database itself): mode -> family
+    resource_families: Mapping[str, str] = field(default_factory=dict)
     # "module:function", called as plan(spec) -> KeyPlan; default: k0..k<--keys - 1>,
     # each worker choosing among them at random
     keys: str | None = None

@@ -8,6 +8,11 @@ earlier one's element: a lost update. When the store stops it records every set 
 the history (`final-state`), and the `lock-set` checker looks for each acknowledged
 add there.
 
+With `--resource etcd-txn` (etcd backends) the sets live in etcd and each write is a
+transaction guarded by the writer's own lock key (Jepsen's lock-etcd-set,
+`workloads/etcd_set_store.py`): a holder that lost its lock has its write refused
+(`fail "store: lock key gone"`).
+
 Like `fenced`, the client writes unless a renewal was refused: it does not consult
 its own lease clock first (a pause can land after any such check), so a paused holder
 writes late and the set shows what that costs.
@@ -46,7 +51,8 @@ def body(section: Section) -> Reason:
     element, version = section.lease_token, seen["version"]
 
     def add(process: int) -> Outcome:
-        r = store.write(key, [*seen["elements"], element], version, process)
+        r = store.write(key, [*seen["elements"], element], version, process,
+                        owner=section.lease_token)
         if "version" not in r:  # refused before it applied anything
             return Outcome("fail", {"element": element, "read_version": version},
                            f"store: {r.get('error')}"[:80])

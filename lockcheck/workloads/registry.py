@@ -34,8 +34,11 @@ WORKLOADS: dict[str, Workload] = {
                         "with one element added; every acknowledged add must survive",
             body="lockcheck.workloads.lock_set:body",
             resource="lockcheck.workloads.set_store:start_store",
-            resource_client="lockcheck.workloads.set_store:SetClient",
+            resource_client="lockcheck.workloads.set_store:set_client",
             checkers=(*_LOCK_CHECKERS, "lock-set"), verdict="lock-set",
+            # etcd-txn: the sets in etcd, each write guarded by the writer's lock key
+            resources=("fenced", "unfenced", "etcd-txn"),
+            resource_families={"etcd-txn": "etcd"},
         ),
         Workload(
             name="settlement",

@@ -102,10 +102,26 @@ class SetClient(JsonLineClient):
         return self.call({"op": "read", "key": key})
 
     def write(self, key: str, elements: list[Any], read_version: int,
-              process: Any) -> dict[str, Any]:
+              process: Any, owner: str | None = None) -> dict[str, Any]:
+        # `owner` (the grant's lease token) guards nothing here: this store is unfenced
         return self.call({"op": "write", "key": key, "elements": elements,
                           "read_version": read_version, "process": process})
 
 
-def start_store(ctx: ResourceContext) -> SetStore:
+def start_store(ctx: ResourceContext) -> Any:
+    """The in-memory store, or with `--resource etcd-txn` the sets in etcd itself,
+    written only while the writer's lock key exists (`workloads/etcd_set_store.py`)."""
+    if ctx.mode == "etcd-txn":
+        from lockcheck.workloads import etcd_set_store
+
+        return etcd_set_store.start_store(ctx)
     return SetStore(ctx.workdir / "lock-set.sock", ctx.run_dir / LOG, ctx.t0_ns, ctx.record)
+
+
+def set_client(config: dict[str, Any], timeout_s: float) -> Any:
+    """A worker's client of whichever store `start_store` made."""
+    if config.get("kind") == "etcd-txn":
+        from lockcheck.workloads.etcd_set_store import EtcdSetClient
+
+        return EtcdSetClient(config, timeout_s)
+    return SetClient(config, timeout_s)

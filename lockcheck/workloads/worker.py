@@ -458,6 +458,7 @@ def main(argv: list[str]) -> int:
     from lockcheck.backends import BACKENDS, load
     from lockcheck.cluster.faketime import FAKED_ENV
     from lockcheck.workloads.registry import WORKLOADS
+    from lockcheck.workloads.stop_point import AcquireStop
 
     if os.environ.get(FAKED_ENV):  # before the client library is imported
         time.sleep = select_sleep
@@ -471,8 +472,11 @@ def main(argv: list[str]) -> int:
         AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
+    stop_point = AcquireStop(rec, rec.flush, cfg.worker)  # client-pause --pause-at acquire
+    stop_point.install()
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
-                         worker=cfg.worker, options={**backend.options, **cfg.options})
+                         worker=cfg.worker, options={**backend.options, **cfg.options},
+                         at_grant_reply=stop_point)
     if cfg.client is None:
         clients = backend.client_factory()(cfg.client_config, cfg.keys, opts)
     else:
@@ -485,6 +489,7 @@ def main(argv: list[str]) -> int:
         resource = load(workload.resource_client)(cfg.resource, cfg.op_timeout_s)
     w = Worker(cfg, clients, rec, load(workload.body), resource,
                load(workload.pick) if workload.pick else None)
+    stop_point.process = lambda: w.process
     watch_stdin(w)
     try:
         with contextlib.suppress(KeyboardInterrupt):

@@ -1,0 +1,57 @@
+"""The worker's side of `client-pause --pause-at acquire`: stop itself with a grant's
+replies unread.
+
+Kleppmann's third scenario is a client that sends its lock requests and stops before
+it reads the answers; meanwhile the keys expire and another client takes the lock. The
+window (the replies sit in the client's buffers) lasts microseconds, so no signal from
+outside can hit it reliably. Instead the controller *arms* the workers (SIGUSR1), and
+each worker's lock client calls this hook at the point (`ClientOptions.at_grant_reply`:
+a quorum of grants is in, the algorithm has not looked at them). Armed, the hook
+records a `stop-at-acquire` event, flushes it, disarms and SIGSTOPs its own process:
+every thread stops there. The nemesis sees the event, waits `--pause-ms` and resumes
+the worker with SIGCONT. SIGUSR2 disarms the workers that did not get that far first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+ARM, DISARM = signal.SIGUSR1, signal.SIGUSR2
+EVENT = "stop-at-acquire"
+
+Record = Callable[..., None]  # the worker's Recorder: (process, type, f, key, value)
+
+
+class AcquireStop:
+    """The hook a lock client calls once per granted acquire, before it reads the grant."""
+
+    def __init__(self, rec: Record, flush: Callable[[], None], worker: int,
+                 stop: Callable[[], None] | None = None) -> None:
+        self.rec, self.flush = rec, flush
+        self.stop = stop or (lambda: os.kill(os.getpid(), signal.SIGSTOP))
+        self.process: Callable[[], int] = lambda: worker
+        self.armed = False
+        self.lock = threading.Lock()
+
+    def install(self) -> None:
+        """The signal handlers (the main thread only: Python's rule)."""
+        signal.signal(ARM, self._on_signal)
+        signal.signal(DISARM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> Any:
+        with self.lock:
+            self.armed = signum == ARM
+
+    def __call__(self, key: str) -> None:
+        with self.lock:
+            armed, self.armed = self.armed, False
+        if not armed:
+            return
+        self.rec(self.process(), "event", EVENT, key, {"at": "acquire"})
+        self.flush()  # the controller must see it before we stop
+        self.stop()
