@@ -42,11 +42,18 @@ class RunResult:
 
     def explain(self) -> str:
         """The verdict, each checker that did not pass with its explanation, the report."""
-        word = {True: "valid", False: "INVALID"}.get(self.valid, "unknown")  # type: ignore[call-overload]
-        lines = [f"lockcheck {self.spec.name}: {word}: {self.summary}"]
+        from lockcheck.results.progress import checker_detail, verdict_word
+
+        lines = [f"lockcheck {self.spec.name}: {verdict_word(self.valid)}: {self.summary}"]
         for name, c in self.checkers.items():
             if isinstance(c, dict) and c.get("valid") is not True:
-                lines.append(f"  {name}: {c.get('valid')}: {c.get('summary', '')}")
+                detail = checker_detail(name, c)
+                first = (c.get("violations") or [None])[0]
+                if isinstance(first, dict):  # where to look first
+                    where = [f"{k} {first[k]}" for k in ("key", "workers", "processes")
+                             if k in first]
+                    detail += f"; the first: {', '.join(where)}" if where else ""
+                lines.append(f"  {name}: {verdict_word(c.get('valid'))}: {detail}")
         if self.failure:
             lines.append(f"  the run failed: {self.failure}")
         lines.append(f"report: {self.report or self.results_dir}")

@@ -258,3 +258,25 @@ def test_the_public_api_is_the_internal_one() -> None:
     assert api.RunResult.__name__ == "RunResult" and api.TestSpec is TestSpec
     with pytest.raises(BadInput, match="unknown option"):
         lockcheck.run(backend="redis", nemeses="none")
+
+
+def test_an_unsafe_result_explains_itself() -> None:
+    from lockcheck.python_api import RunResult, UnsafeRun
+
+    r = RunResult(valid=False, summary="mutual exclusion violated: 2 overlapping critical "
+                  "sections on 1 key", checkers={
+                      "mutual-exclusion": {"valid": False, "violation_count": 2, "sections": 9,
+                                           "violations": [{"key": "k0", "workers": [1, 0]}]},
+                      "lease-safety": {"valid": True}},
+                  metrics={}, results_dir=Path("/r"), report=Path("/r/report.html"),
+                  spec=TestSpec(), results={})
+    with pytest.raises(UnsafeRun) as e:
+        r.assert_safe()
+    assert str(e.value).splitlines() == [
+        "lockcheck redis-mutex-partition: INVALID: mutual exclusion violated: 2 overlapping "
+        "critical sections on 1 key",
+        "  mutual-exclusion: INVALID: 2 overlaps in 9 critical sections; the first: key k0, "
+        "workers [1, 0]",
+        "report: /r/report.html"]
+    RunResult(valid=True, summary="", checkers={}, metrics={}, results_dir=Path("/r"),
+              report=None, spec=TestSpec(), results={}).assert_safe()
