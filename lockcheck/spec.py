@@ -63,20 +63,19 @@ class TestSpec:
 
     @property
     def name(self) -> str:
+        return "-".join(self.run_path)
+
+    @property
+    def run_path(self) -> tuple[str, str, str]:
+        """Where its runs go under the results folder: backend (with the client, when
+        one was brought), workload, nemesis (no ambiguity when a name has a dash)."""
         workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
         backend = self.backend
         if self.client is not None:
             from lockcheck.clients import client_label
 
             backend += f"+{client_label(self.client)}"
-        return f"{backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
-
-    @property
-    def run_path(self) -> tuple[str, str, str]:
-        """Where its runs go under the results folder: backend, workload, nemesis (no
-        ambiguity when a backend's or workload's name has a dash)."""
-        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
-        return self.backend, workload, "+".join(self.nemesis) or "none"
+        return backend, workload, "+".join(self.nemesis) or "none"
 
     @property
     def fault_duration(self) -> float:
