@@ -59,7 +59,8 @@ class TestSpec:
 
     @property
     def name(self) -> str:
-        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
+        named = ("unfenced", "etcd-txn")  # the resource modes a run's name shows
+        workload = self.workload + (f"-{self.resource}" if self.resource in named else "")
         return f"{self.backend}-{workload}-{'+'.join(self.nemesis) or 'none'}"
 
     @property
