@@ -69,7 +69,8 @@ class TestSpec:
     def run_path(self) -> tuple[str, str, str]:
         """Where its runs go under the results folder: backend (with the client, when
         one was brought), workload, nemesis (no ambiguity when a name has a dash)."""
-        workload = self.workload + ("" if self.resource == "fenced" else f"-{self.resource}")
+        named = ("unfenced", "etcd-txn")  # the resource modes a run's folder shows
+        workload = self.workload + (f"-{self.resource}" if self.resource in named else "")
         backend = self.backend
         if self.client is not None:
             from lockcheck.clients import client_label

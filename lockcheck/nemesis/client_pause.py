@@ -13,11 +13,12 @@ wrong, and a random pause almost never lands in that window.
 
 With `--pause-at acquire` the pause lands with a grant's replies in flight
 (Kleppmann's third scenario): the workers that have held a lock are armed (SIGUSR1)
-and the first one to be granted a lock again stops itself, after a quorum of grants came back and before its lock
-algorithm reads them (`workloads/stop_point.py`); it says so first with a
-`stop-at-acquire` event, which is when the pause starts. A client that checks the
-elapsed time against the TTL after reading them (Redlock's rule) refuses the late
-grant; one that does not believes in keys that expired while it slept.
+and the first one to be granted a lock again stops itself, after a quorum of grants
+came back and before its lock algorithm reads them (`workloads/stop_point.py`); it
+says so first with a `stop-at-acquire` event, which is when the pause starts. A
+client that checks the elapsed time against the TTL after reading them (Redlock's
+rule) refuses the late grant; one that does not believes in keys that expired while
+it slept.
 """
 
 from __future__ import annotations
