@@ -79,7 +79,7 @@ def test_holder_quorum_waits_for_a_bare_quorum() -> None:
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"kill_targets": "most"}, "unknown --kill-targets 'most'"),
-    ({"pause_at": "acquire"}, "unknown --pause-at 'acquire'"),
+    ({"pause_at": "midway"}, "unknown --pause-at 'midway'"),
 ])
 def test_bad_options_are_refused(kw: dict[str, str], message: str) -> None:
     with pytest.raises(BadInput, match=message):
