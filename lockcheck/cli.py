@@ -8,6 +8,7 @@ recorded), 254 bad arguments or bad input, 255 internal error.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -18,6 +19,7 @@ import click
 from lockcheck import __version__, exitcodes
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError
+from lockcheck.syspath import add_system_dirs
 
 
 def fail(message: str, code: int = exitcodes.BAD_INPUT) -> NoReturn:
@@ -87,6 +89,7 @@ def gather_provider_options(o: dict[str, Any]) -> dict[str, Any]:
 @click.version_option(__version__, prog_name="lockcheck")
 def main() -> None:
     """Test distributed locks against real servers under real faults."""
+    add_system_dirs(os.environ)  # root's tools, also from a cleared environment
 
 
 @main.command()

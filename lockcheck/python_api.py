@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
+from lockcheck.syspath import add_system_dirs
 
 
 class UnsafeRun(AssertionError):
@@ -97,6 +99,7 @@ def run(spec: TestSpec | None = None, /, *, out: IO[str] | None = None,
     as the run goes (default: kept in `RunResult.output` only)."""
     from lockcheck.runner import run_test
 
+    add_system_dirs(os.environ)  # root's tools, also from a cleared environment
     spec = make_spec(spec, **options)
     sink = io.StringIO()
     stream: IO[str] = sink if out is None else cast(IO[str], _Tee(sink, out))

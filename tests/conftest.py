@@ -31,10 +31,16 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from lockcheck.syspath import add_system_dirs
+
 # No per-example deadline: a timing target belongs in a benchmark, and on a shared,
 # loaded machine a deadline only makes property tests flaky.
 settings.register_profile("lockcheck", deadline=None)
 settings.load_profile("lockcheck")
+
+# root's tools (ip, iptables) live in /usr/sbin, which a cleared environment
+# (env -i PATH=/usr/bin:/bin) leaves off its PATH; lockcheck's CLI adds it the same way
+add_system_dirs(os.environ)
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID_RE = re.compile(r"^[0-9a-f]{6}$")
