@@ -51,9 +51,11 @@ RUNS: dict[str, tuple[str, ...]] = {
 # a second pair, started when the first is done: the Sentinels' timing (sdown after
 # 1 s, failover in about 3 s) must not suffer four clusters at once on a loaded machine
 MORE_RUNS: dict[str, tuple[str, ...]] = {
-    # kills of the primary at about 4 s and 8 s, each restarted 100 ms later
+    # kills of the primary at about 4 s and 8 s, each restarted 100 ms later; holds of
+    # 0.5-1.5 s outlast the kill and the restart (with the default 50-500 ms the
+    # holders of one run all left before the restart, at load average 40)
     "kill_primary": (*SENTINEL, "--nemesis", "kill-primary", "--nemesis-interval", "4",
-                     "--time-limit", "12", "--seed", "1"),
+                     "--time-limit", "12", "--seed", "1", "--hold-ms", "500-1500"),
     # S1's partition with `min-replicas-to-write 1`
     "min_replicas": ("--backend", "redis-sentinel-min-replicas", "--nemesis",
                      "partition-primary", "--nemesis-interval", "4", "--time-limit", "12",
