@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/bench_porcupine.py [--data DIR] [--repeat N] [--no-hints]
     PYTHONPATH=. python benchmarks/bench_porcupine.py --go /tmp/pbench --rounds 3 --cold
+    PYTHONPATH=. python benchmarks/bench_porcupine.py --base ../main --rounds 5 --cold
     LOCKCHECK_PURE_ENGINE=1 PYTHONPATH=. python benchmarks/bench_porcupine.py  # no C search
 
 Each row runs in a fresh subprocess (so its peak RSS, ``ru_maxrss``, is its own) and
@@ -140,8 +141,11 @@ def _run_row(row: str, data: Path, repeat: int, hints: bool) -> dict[str, Any]:
     }
 
 
-def _ours(row: str, data: Path, repeat: int, hints: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--row", row, "--data", str(data)]
+def _ours(row: str, data: Path, repeat: int, hints: bool,
+          base: Path | None = None) -> dict[str, Any]:
+    """One row in a fresh process; with `base`, that checkout's engine and script."""
+    script = __file__ if base is None else str(base / "benchmarks" / Path(__file__).name)
+    cmd = [sys.executable, script, "--row", row, "--data", str(data)]
     cmd += ["--repeat", str(repeat)] + ([] if hints else ["--no-hints"])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -176,6 +180,9 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="every run a fresh process")
     ap.add_argument("--rounds", type=int, default=3, help="with --cold or --go: runs per row")
     ap.add_argument("--go", default=None, help="a Go harness command, run side by side")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="with --cold: also run each row with this checkout's engine (e.g. a "
+                         "worktree of main), interleaved, in the Go columns' place")
     ap.add_argument("--row", help=argparse.SUPPRESS)  # internal: run one row, print JSON
     args = ap.parse_args()
     if args.row:
@@ -194,7 +201,9 @@ def main() -> None:
         + (", models without read_only/read_value hints" if args.no_hints else "")
     )
     side = args.cold or args.go
-    if side:
+    if side and args.base:
+        print(f"{'row (CPU seconds)':36} {'base':>13} {'lockcheck':>13} {'ratio':>6}  outcome")
+    elif side:
         print(f"{'row':36} {'Go, 2 procs':>13} {'Go, 1 proc':>13} {'lockcheck':>13} "
               f"{'ratio':>6}  outcome")
     else:
@@ -202,6 +211,21 @@ def main() -> None:
               f"{'RSS MB':>7}  outcome")
     for row in args.rows.split(","):
         desc, go_text, go_best = ROWS[row]
+        if side and args.base:  # before / after, interleaved
+            before: list[float] = []
+            after: list[float] = []
+            outcome = ""
+            for _ in range(args.rounds):
+                for acc, base in ((before, args.base), (after, None)):
+                    r = _ours(row, args.data, 1, not args.no_hints, base)
+                    if "error" in r:
+                        print(f"{desc:36} failed: {r['error']}")
+                        break
+                    acc.append(r["cpu"])  # CPU time: on a loaded machine wall time is noise
+                    outcome = r["outcome"]
+            ratio = f"{min(after) / min(before):.2f}" if before and after else "-"
+            print(f"{desc:36} {_span(before):>13} {_span(after):>13} {ratio:>6}  {outcome}")
+            continue
         if side:
             ours: list[float] = []
             g2: list[float] = []

@@ -59,7 +59,10 @@ def check(name: str, want: dict[str, Any], **kw: Any) -> dict[str, Any]:
 def test_verdict(name: str, want: dict[str, Any]) -> None:
     r = check(name, want)
     if name in VACUOUS:
-        assert want["valid"] is True  # Knossos: vacuously valid
+        # Knossos: vacuously valid (the corpus's `knossos_valid`; newer copies of the
+        # corpus give lockcheck's own expected verdict, unknown, as `valid`)
+        assert want.get("knossos_valid", want["valid"]) is True
+        assert want["valid"] in (True, "unknown")
         assert r["valid"] == "unknown" and VACUOUS[name] in r["not_checked"]
         return
     assert r["valid"] is want["valid"], r.get("summary")
