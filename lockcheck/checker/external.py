@@ -73,6 +73,7 @@ from lockcheck.checker.porcupine import (
 from lockcheck.checker.porcupine.models import cas_register, kv, multi_register, register
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError, Op, pair_ops, read_history_full
+from lockcheck.results.store import history_file
 
 FORMATS = ("lockcheck", "jepsen-edn", "porcupine-etcd", "porcupine-kv")
 LOCK_MODELS = ("mutex", "fenced-mutex")
@@ -121,7 +122,7 @@ def _first_line(path: Path) -> str:
 def infer_format(path: Path) -> str:
     """The format of a history file, from its name or its first non-empty line."""
     name = path.name
-    if name.endswith(".jsonl"):
+    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.xz")):
         return "lockcheck"
     if name.endswith(".edn"):
         return "jepsen-edn"
@@ -377,9 +378,9 @@ def check_external(
         timeout = DEFAULT_TIMEOUT_S
     path = Path(path)
     if path.is_dir():
-        if not (path / "history.jsonl").is_file():
+        if not history_file(path).is_file():
             raise HistoryError(path, 0, "a directory without history.jsonl")
-        path = path / "history.jsonl"
+        path = history_file(path)  # a published run's is compressed
     if not path.exists():
         raise HistoryError(path, 0, "no such file")
     if fmt is None:

@@ -14,6 +14,8 @@ number does not fit its columns); the caller then reads the history the ordinary
 
 from __future__ import annotations
 
+import gzip
+import lzma
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -144,9 +146,18 @@ def read_lock_columns(
         return None
     if isinstance(source, (str, os.PathLike)):
         path = name or str(source)
-        with Path(source).open("rb") as fh:
+        with _open_packed(Path(source)) as fh:
             return _read(fh, path, allow_truncated)
     return _read(source, name or str(getattr(source, "name", "<stream>")), allow_truncated)
+
+
+def _open_packed(p: Path) -> IO[bytes]:
+    """The file's bytes; a `.gz` or `.xz` history (a published run's) decompressed."""
+    if p.suffix == ".gz":
+        return gzip.open(p, "rb")  # type: ignore[return-value]
+    if p.suffix == ".xz":
+        return lzma.open(p, "rb")
+    return p.open("rb")
 
 
 def _read(fh: IO[bytes], path: str, allow_truncated: bool) -> LockColumns | None:
