@@ -287,7 +287,7 @@ BACKENDS: dict[str, Backend] = {
         ),
         _postgres(
             name="postgres",
-            description="the brief's lease table: INSERT ... ON CONFLICT DO UPDATE WHERE "
+            description="a lease table: INSERT ... ON CONFLICT DO UPDATE WHERE "
                         "expired by the server's clock, renew/release by owner and fence",
             fence="the lease row's counter, +1 from the row on every grant, kept across "
                   "releases",

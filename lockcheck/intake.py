@@ -62,6 +62,7 @@ class Source:
         self.rest = b""
         self.bad_lines = 0
         self.ended = threading.Event()
+        self.heard = threading.Event()  # it has written something: the worker is up
 
     def lines(self, chunk: bytes) -> list[str]:
         data = self.rest + chunk
@@ -140,6 +141,7 @@ class Intake(threading.Thread):
                 src = key.data
                 chunk = os.read(src.fd, CHUNK)
                 if chunk:
+                    src.heard.set()
                     self._parse(src, src.lines(chunk), batch)
                     continue
                 self.sel.unregister(src.fd)

@@ -57,6 +57,9 @@ from lockcheck.workloads.worker import WorkerConfig
 log = logging.getLogger("lockcheck")
 
 WORKER_MODULE = "lockcheck.workloads.worker"
+# the longest the run waits for its clients to record their first op before its faults
+# and its time start (a loaded machine may take seconds to start a few dozen Pythons)
+WORKER_START_S = 30.0
 
 
 @dataclass
@@ -175,6 +178,11 @@ class WorkerHandle:
     def bad_lines(self) -> int:
         return self.source.bad_lines
 
+    @property
+    def heard(self) -> bool:
+        """It has recorded something: its client is connected and working."""
+        return self.source.heard.is_set()
+
     def drained(self, timeout: float) -> bool:
         """Until every op the worker wrote is in the history (its pipe has ended)."""
         return self.source.wait_ended(timeout)
@@ -290,6 +298,7 @@ class Run:
                 self.start_resource()
                 self.prepare_faults()
                 self.start_workers()
+                self.wait_for_workers()
                 self.start_nemesis()
                 self.run_phases()
                 self.stop_workers()
@@ -470,6 +479,21 @@ class Run:
         self.teardown.push("stop workers", self.stop_workers)
         for i, host in enumerate(self.cluster.clients):
             self.workers.append(self.spawn_worker(i, host, self.worker_config(i), host.name))
+
+    def wait_for_workers(self) -> None:
+        """The run's time and its faults start once every client has begun: on a loaded
+        machine starting the workers can take seconds, and a fault that lands before
+        any client runs tests nothing."""
+        deadline = time.monotonic() + WORKER_START_S
+        while time.monotonic() < deadline:
+            self.show("starting")
+            waiting = [w for w in self.workers if not w.heard and w.daemon.alive()]
+            if not waiting:
+                return
+            time.sleep(0.05)
+        late = [w.index for w in self.workers if not w.heard]
+        log.warning("clients %s had not started after %g s; the run goes on without "
+                    "waiting for them", late, WORKER_START_S)
 
     def start_nemesis(self) -> None:
         assert self.cluster is not None

@@ -659,7 +659,7 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
     return in_parallel(list(nf.hosts), one)
 
 
-# faults that cut a client alone (issue 8's partition-clients): none without namespaces
+# faults that cut a client alone (partition-clients): none without namespaces
 NEEDS_CLIENT_NAMESPACES = ("partition-clients",)
 
 

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from lockcheck.results.progress import checker_detail, verdict_word
 
-PHASES = ("setup", "running", "quiet", "recovery", "teardown", "checking")
+PHASES = ("setup", "starting", "running", "quiet", "recovery", "teardown", "checking")
 VERDICT_STYLE = {"valid": "bold green", "INVALID": "bold red", "unknown": "bold yellow",
                  "safe": "bold green", "unsafe": "bold red", "error": "bold magenta",
                  "refused": "magenta", "interrupted": "yellow"}

@@ -129,7 +129,7 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
         mx = (ew.get("overrun_ms") or {}).get("max")
         out.append(f"<b>{_n(outlived, 'holder')} stayed inside the critical section after "
                    f"its own lease clock ran out</b> (expiries while working; longest "
-                   f"{_ms(mx)} ms past): the brief's correctness alarm.")
+                   f"{_ms(mx)} ms past): the alarm to watch in production.")
     return out
 
 

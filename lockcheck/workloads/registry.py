@@ -42,7 +42,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             name="settlement",
-            description="the brief's payments case: a lock per merchant-day, a PostgreSQL "
+            description="the payments case: a lock per merchant-day, a PostgreSQL "
                         "settlements table; each merchant-day must be settled exactly once. "
                         "--resource unfenced (lock only), fenced (+ fence), idempotent "
                         "(+ fence + idempotency key)",
