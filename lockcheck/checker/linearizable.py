@@ -47,6 +47,8 @@ from lockcheck.checker.lockscan import (
     HAS_FENCE,
     HAS_NAMED,
     LockColumns,
+    _fence_of,
+    _lease_of,
     read_lock_columns,
 )
 from lockcheck.checker.porcupine import (
@@ -79,20 +81,6 @@ def auto_cache_cap(largest_partition: int, budget_bytes: int = CACHE_BUDGET_BYTE
     return max(1000, min(MAX_CACHE, budget_bytes // per_entry))
 
 
-def _fence_of(v: Any) -> int | None:
-    if type(v) is dict:
-        fence = v.get("fence")
-        if type(fence) is int:
-            return fence
-    return None
-
-
-def _lease_of(v: Any) -> Hashable:
-    if type(v) is dict:
-        lease = v.get("lease")
-        if type(lease) is str or type(lease) is int:
-            return lease
-    return None
 
 
 def lock_operations(ops: Iterable[Op]) -> list[Operation]:
