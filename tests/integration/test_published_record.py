@@ -47,14 +47,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 PAUSE_AT_ACQUIRE = ("--nemesis", "client-pause", "--pause-at", "acquire", "--keys", "1",
                     "--concurrency", "3", "--hold-ms", "100-300", "--time-limit", "16",
                     "--nemesis-interval", "1", "--quiet", "1")
-# Two server pauses of 5 s (= --nemesis-interval) against a 2 s lease, sections of
+# Three server pauses of 5 s (= --nemesis-interval) against a 2 s lease (two missed
+# once in a suite run: no holder was bound to the paused member), sections of
 # 6-10 s: a holder whose member is paused outlives its lease, even when etcd's new
 # leader extends every lease on election. Nine clients (three per member) on six
 # names: some holder is almost surely bound to whichever member is paused, and the
 # free clients on the members that still serve take its name once its lease is gone.
 JEPSEN = ("--workload", "lock-set", "--nemesis", "pause", "--nemesis-interval", "5",
           "--ttl-ms", "2000", "--hold-ms", "6000-10000", "--keys", "6", "--concurrency", "9",
-          "--time-limit", "22", "--quiet", "1")
+          "--time-limit", "32", "--quiet", "1")
 # aphyr's "Redis redux": five nodes, and seed 10's first cut of random halves (at about
 # 5 s, for 5 s) leaves the primary (n1) with one replica and two clients on one side,
 # three Sentinels on the other, which fail over within about 3 s.
