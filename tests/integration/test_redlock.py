@@ -67,11 +67,17 @@ RUNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]]) -> Iterator[dict[str, Any]]:
-    """Start every run at once (each has its own run id and subnet), wait for all of
-    them, and check afterwards that none left anything behind."""
-    started = {name: module_cli.start("test", *args) for name, args in runs.items()}
-    done = {name: p.wait(timeout=150) for name, p in started.items()}
+def run_all(module_cli: Any, runs: dict[str, tuple[str, ...]],
+            at_once: int | None = None) -> Iterator[dict[str, Any]]:
+    """Start the runs together (each has its own run id and subnet), `at_once` at a
+    time (all by default), wait for all of them, and check afterwards that none left
+    anything behind."""
+    names = list(runs)
+    step = at_once or len(names)
+    done: dict[str, Any] = {}
+    for i in range(0, len(names), step):
+        started = {name: module_cli.start("test", *runs[name]) for name in names[i:i + step]}
+        done.update({name: p.wait(timeout=150) for name, p in started.items()})
     for name, r in done.items():
         assert r.run_dir is not None and r.code in (0, 1, 2), f"{name}: {r.explain()}"
     yield done

@@ -1,6 +1,6 @@
 """ZooKeeper findings, real ensembles in network namespaces, through the `lockcheck` command.
 
-The four runs start at once (module fixture) and several tests look at each:
+The four runs start two at a time (module fixture) and several tests look at each:
 
 * `zookeeper-no-listener` under `client-pause` with long critical sections: the holder
   is paused past its session timeout, its znode goes, another client is granted the
@@ -51,9 +51,10 @@ RUNS: dict[str, tuple[str, ...]] = {
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
-    """Every run of this module, started at once (each has its own cluster); afterwards
+    """Every run of this module, two at a time (each has its own cluster: four
+    ensembles of three JVMs at once on two cores time their clients out); afterwards
     nothing of them may be left."""
-    yield from run_all(module_cli, RUNS)
+    yield from run_all(module_cli, RUNS, at_once=2)
 
 
 def ops_of(r: Any) -> list[Op]:
