@@ -185,8 +185,19 @@ def staged(module_cli: Any, r: Any, name: str) -> Any:
 
 def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
         module_cli: Any, more_runs: dict[str, Any]) -> None:
+    """At most three runs, the first that detects the double grant is examined. The
+    rival must ask in the fraction of a second between the master's restart and the
+    holder's next renewal (which finds the master empty and stops the holder); on an
+    idle machine every run finds it (6 of 6 and 3 of 3 at load 8), but inside the suite
+    with two other clusters beside it one run of several found a hit and no overlap.
+    A run that detects nothing is named in the failure; with detection broken all
+    three fail."""
+    tried = []
     r = staged(module_cli, more_runs["bare_fast"], "bare_fast")
-    assert r.code == 1, r.explain()
+    while r.code != 1 and len(tried) < 2:
+        tried.append(f"{r.run_dir}: exit {r.code}")
+        r = module_cli("test", *MORE_RUNS["bare_fast"], timeout=150)
+    assert r.code == 1, (tried, r.explain())
     ls = checkers(r)["lease-safety"]
     assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
     ops = read_history(r.run_dir / "history.jsonl")
