@@ -340,13 +340,24 @@ def destroy(state: RunState, registry: Registry) -> None:
     shared-memory files libfaketime left for its processes, state."""
     # Only processes inside our own namespaces are killed: a PID remembered in the
     # registry may have been reused by an unrelated process since the run died.
+    # A few passes: a fault being put in place or healed as the run is interrupted may
+    # start a process in a namespace after the first listing, and a namespace with a
+    # process left in it outlives `ip netns del`, and its veth with it.
     pids: list[int] = []
-    for ns in state.namespaces:
-        pids += netns_pids(ns)
-    _kill_pids(pids)
+    for _ in range(3):
+        found = [p for ns in state.namespaces for p in netns_pids(ns)]
+        if not found:
+            break
+        _kill_pids(found)
+        pids += found
     remove_shm([*state.pids, *pids])  # only for processes that are gone
     for ns in state.namespaces:
         _ip("netns", "del", ns, check=False)
+        # the host end of the namespace's veth, in case the namespace lingers
+        if ns.startswith(f"lc-{state.run_id}-"):
+            veth = f"lc{state.run_id}{ns.removeprefix(f'lc-{state.run_id}-')}"
+            if Path(f"/sys/class/net/{veth}").exists():
+                _ip("link", "del", veth, check=False)
     if state.bridge:  # the docker and ssh providers' client namespaces need none
         _ip("link", "del", state.bridge, check=False)
     if state.workdir.startswith("/tmp/lockcheck-"):

@@ -71,7 +71,14 @@ def kill_mid_run(cli: Any) -> tuple[Any, str]:
     """Start a 30 s run, SIGKILL its controller once the workers run; return (result, id)."""
     p = cli.start("test", "--nemesis", "none", "--time-limit", "30")
     trace = p.wait_running()
-    time.sleep(1.5)
+    # once the workers have recorded (on a loaded machine they start seconds after
+    # their processes), then a little more
+    def recorded() -> bool:
+        return any(h.exists() and h.stat().st_size > 0
+                   for h in (d / "history.jsonl" for d in p._new_run_dirs()))
+
+    p.wait_for(recorded, 60, "a first op in the history")
+    time.sleep(1.0)
     p.signal(signal.SIGKILL)
     r = p.wait(timeout=30)
     assert r.code == -signal.SIGKILL, r.explain()
