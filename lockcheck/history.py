@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
+import io
 import json
 import lzma
 import os
@@ -15,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 Process = int | str  # an int for clients, "nemesis" for faults
 
@@ -292,16 +293,22 @@ def read_history(path: str | os.PathLike[str], *, allow_truncated: bool = False)
     return read_history_full(path, allow_truncated=allow_truncated).ops
 
 
+def open_packed(p: Path) -> IO[bytes]:
+    """A history file's bytes; a `.gz` or `.xz` one (a published run's) decompressed as
+    it is read. Every reader of histories opens them through this."""
+    if p.suffix == ".gz":
+        return gzip.open(p, "rb")  # type: ignore[return-value]
+    if p.suffix == ".xz":
+        return lzma.open(p, "rb")
+    return p.open("rb")
+
+
 def read_history_full(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> ReadResult:
     """Read a history; a `.gz` or `.xz` file (a published run's) is decompressed as it
     is read."""
     p = Path(path)
     try:
-        if p.suffix in (".gz", ".xz"):
-            opener = gzip.open if p.suffix == ".gz" else lzma.open
-            with opener(p, "rt", encoding="utf-8", newline="") as packed:
-                return read_history_lines(packed, str(p), allow_truncated=allow_truncated)
-        with p.open(encoding="utf-8", newline="") as fh:
+        with io.TextIOWrapper(open_packed(p), encoding="utf-8", newline="") as fh:
             return read_history_lines(fh, str(p), allow_truncated=allow_truncated)
     except UnicodeDecodeError:
         raise HistoryError(p, 0, "not UTF-8 text") from None

@@ -14,8 +14,6 @@ number does not fit its columns); the caller then reads the history the ordinary
 
 from __future__ import annotations
 
-import gzip
-import lzma
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -28,7 +26,14 @@ import numpy as np
 from lockcheck.checker.porcupine import UNKNOWN, Operation
 from lockcheck.checker.porcupine.lock_models import LockInput, LockOutput
 from lockcheck.checker.porcupine.model import make_operation
-from lockcheck.history import HistoryError, _exact, _loads, op_from_json, orphan_message
+from lockcheck.history import (
+    HistoryError,
+    _exact,
+    _loads,
+    op_from_json,
+    open_packed,
+    orphan_message,
+)
 
 try:  # built by `pip install` where a C compiler is there
     from lockcheck.checker import _lockscan  # type: ignore[attr-defined]
@@ -146,18 +151,9 @@ def read_lock_columns(
         return None
     if isinstance(source, (str, os.PathLike)):
         path = name or str(source)
-        with _open_packed(Path(source)) as fh:
+        with open_packed(Path(source)) as fh:
             return _read(fh, path, allow_truncated)
     return _read(source, name or str(getattr(source, "name", "<stream>")), allow_truncated)
-
-
-def _open_packed(p: Path) -> IO[bytes]:
-    """The file's bytes; a `.gz` or `.xz` history (a published run's) decompressed."""
-    if p.suffix == ".gz":
-        return gzip.open(p, "rb")  # type: ignore[return-value]
-    if p.suffix == ".xz":
-        return lzma.open(p, "rb")
-    return p.open("rb")
 
 
 def _read(fh: IO[bytes], path: str, allow_truncated: bool) -> LockColumns | None:
