@@ -33,6 +33,21 @@ class Nemesis(Protocol):
         ...
 
 
+class EndsItself(Protocol):
+    """A fault that knows when its work is done (a pause that lasts until a failover
+    happened, a clock fault once the grant it aimed at was made): the schedule polls
+    `ended` while the fault is held and stops it then, before `hold_s` has passed,
+    so the next fault's window is not spent waiting."""
+
+    def ended(self) -> bool:
+        ...
+
+
+def ends_itself(nem: object) -> bool:
+    """Whether a nemesis says when it is done (see `EndsItself`)."""
+    return callable(getattr(nem, "ended", None))
+
+
 @dataclass(frozen=True)
 class WorkerRef:
     """A client worker process, as a nemesis sees it."""

@@ -3,7 +3,8 @@
 Every `interval` of quiet, a fault group starts; each fault in it is stopped when its
 own `hold_s` has passed (`--nemesis-duration`, or `--restart-delay-ms` for a kill,
 `--pause-ms` for a client pause), and the next quiet interval begins when all are
-stopped. Two modes (`--nemesis-mode`):
+stopped. A fault that says when it is done (`EndsItself`) is stopped then, if
+that comes before its `hold_s`. Two modes (`--nemesis-mode`):
 
 * `one` (the default): the group is one of the listed faults, picked at random, so
   every violation falls in the window of a single fault and can be blamed on it.
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lockcheck.nemesis.api import Nemesis
+from lockcheck.nemesis.api import Nemesis, ends_itself
 
 log = logging.getLogger("lockcheck.nemesis")
 
@@ -32,6 +33,8 @@ Record = Callable[[str, str, Any], None]  # (type, f, value)
 
 class NemesisSchedule(threading.Thread):
     """quiet `interval` -> start a fault group -> stop each after its `hold_s` -> repeat."""
+
+    POLL_S = 0.05  # how often a fault that ends itself is asked whether it has
 
     def __init__(self, nemeses: Sequence[Nemesis], *, interval: float, until: float,
                  rng: random.Random, record: Record, mode: str = "one") -> None:
@@ -51,6 +54,18 @@ class NemesisSchedule(threading.Thread):
         end = min(time.monotonic() + seconds, self.until)
         return not self.stop_event.wait(max(0.0, end - time.monotonic())) and \
             time.monotonic() < self.until
+
+    def _hold(self, nem: Nemesis, until: float) -> bool:
+        """Keep `nem` in place until `until`, or until it says it is done; False if
+        the schedule must stop."""
+        if not ends_itself(nem):
+            return self._sleep(until - time.monotonic())
+        while time.monotonic() < until:
+            if nem.ended():  # type: ignore[attr-defined]
+                return True
+            if not self._sleep(min(self.POLL_S, until - time.monotonic())):
+                return False
+        return True
 
     def group(self) -> list[Nemesis]:
         if self.mode == "all":
@@ -76,7 +91,7 @@ class NemesisSchedule(threading.Thread):
                 # each fault ends after its own hold; at the same time, the last started
                 # ends first
                 for at, _, nem in sorted(due, key=lambda d: (d[0], d[1])):
-                    if not self._sleep(at - time.monotonic()):
+                    if not self._hold(nem, at):
                         break
                     self.stop_one(nem)
                 self.stop_active()

@@ -144,3 +144,33 @@ def test_a_fault_that_found_nothing_to_do_ends_at_once() -> None:
     # the next try comes one interval after the last, not a whole hold later
     assert len(starts) >= 5, starts
     assert all(b - a < 0.3 for a, b in itertools.pairwise(starts)), starts
+
+
+@dataclass
+class SelfEnding(Scripted):
+    """A fault that says it is done `after_s` after it started."""
+
+    after_s: float = 0.2
+    started: float = 0.0
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        self.started = time.monotonic()
+        return super().start(rng)
+
+    def ended(self) -> bool:
+        return time.monotonic() - self.started >= self.after_s
+
+
+def test_a_fault_that_ends_itself_is_stopped_then_not_after_its_hold() -> None:
+    log: list[tuple[str, str, float]] = []
+    nem = SelfEnding("pause", hold_s=5.0, log=log, after_s=0.2)
+    s, _ = schedule([nem], interval=0.1, run_s=7.0, mode="one")
+    s.start()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline and not any(e[0] == "stop" for e in log):
+        time.sleep(0.02)
+    s.finish()
+    starts = [t for kind, _, t in log if kind == "start"]
+    stops = [t for kind, _, t in log if kind == "stop"]
+    assert starts and stops, log
+    assert 0.2 <= stops[0] - starts[0] < 1.0  # its own end, long before the 5 s hold
