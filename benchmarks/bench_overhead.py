@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lockcheck.backends import key_names
 from lockcheck.cluster.netns import LocalCluster
-from lockcheck.cluster.redis import RedisDB
 from lockcheck.cluster.state import Registry
+from lockcheck.db.redis import RedisDB
 from lockcheck.history import HistoryWriter
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.results.progress import LiveStats

@@ -189,7 +189,7 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("bench_slice: needs root (network namespaces)")
     only = {x.strip() for x in a.only.split(",")}
-    from lockcheck.cluster.redis import redis_version
+    from lockcheck.db.redis import redis_version
 
     print(f"lockcheck vertical-slice benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}, "
           f"{os.cpu_count()} CPUs, redis-server {redis_version()}, Python "

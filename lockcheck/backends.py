@@ -74,7 +74,7 @@ def load(dotted: str) -> Any:
 def _redis(**kw: Any) -> Backend:
     """Single-instance Redis backends: redis-py on one master per lock name."""
     base: dict[str, Any] = dict(
-        family="redis", db="lockcheck.cluster.redis:RedisDB",
+        family="redis", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redis:make_clients", library="redis",
         binaries=("redis-server",))
     return Backend(**{**base, **kw})
@@ -83,7 +83,7 @@ def _redis(**kw: Any) -> Backend:
 def _redlock(**kw: Any) -> Backend:
     """Redlock backends: pottery's Redlock over N independent Redis masters."""
     base: dict[str, Any] = dict(
-        family="redlock", db="lockcheck.cluster.redis:RedisDB",
+        family="redlock", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redlock:make_clients", library="pottery",
         binaries=("redis-server",), default_nodes=5, min_nodes=3, stops_at_reply=True)
     return Backend(**{**base, **kw})
@@ -92,7 +92,7 @@ def _redlock(**kw: Any) -> Backend:
 def _etcd(**kw: Any) -> Backend:
     """etcd 3.4 backends: our client of etcd's v3lock service over the JSON gateway."""
     base: dict[str, Any] = dict(
-        family="etcd", db="lockcheck.cluster.etcd:EtcdDB",
+        family="etcd", db="lockcheck.db.etcd:EtcdDB",
         client="lockcheck.locks.etcd:make_clients", library="requests",
         binaries=("etcd",), default_nodes=3)
     return Backend(**{**base, **kw})
@@ -101,7 +101,7 @@ def _etcd(**kw: Any) -> Backend:
 def _sentinel(**kw: Any) -> Backend:
     """Redis with Sentinel failover: redis-py's Sentinel client on the current primary."""
     base: dict[str, Any] = dict(
-        family="redis-sentinel", db="lockcheck.cluster.sentinel:SentinelDB",
+        family="redis-sentinel", db="lockcheck.db.sentinel:SentinelDB",
         client="lockcheck.locks.sentinel:make_clients", library="redis",
         fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
               "replicated asynchronously, so a failover can repeat or lower it",
@@ -112,7 +112,7 @@ def _sentinel(**kw: Any) -> Backend:
 def _postgres(**kw: Any) -> Backend:
     """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
     base: dict[str, Any] = dict(
-        family="postgres", db="lockcheck.cluster.postgres:PostgresDB",
+        family="postgres", db="lockcheck.db.postgres:PostgresDB",
         client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
         binaries=("/usr/lib/postgresql/15/bin/postgres",))  # setpriv, unshare: util-linux
     return Backend(**{**base, **kw})
@@ -121,7 +121,7 @@ def _postgres(**kw: Any) -> Backend:
 def _zookeeper(**kw: Any) -> Backend:
     """A ZooKeeper ensemble with kazoo's Lock recipe, one session per worker."""
     base: dict[str, Any] = dict(
-        family="zookeeper", db="lockcheck.cluster.zookeeper:ZooKeeperDB",
+        family="zookeeper", db="lockcheck.db.zookeeper:ZooKeeperDB",
         client="lockcheck.locks.kazoo:make_clients", library="kazoo", default_nodes=3,
         binaries=("java",),  # the zookeeper package brings it and the jars (checked at setup)
         fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")

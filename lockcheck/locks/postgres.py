@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from lockcheck.cluster.postgres import conninfo
+from lockcheck.db.postgres import conninfo
 from lockcheck.locks.api import (
     ClientOptions,
     Definite,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg.errors as pe
 
-from lockcheck.cluster.postgres import OS_USER, PostgresServer, conninfo
+from lockcheck.db.postgres import OS_USER, PostgresServer, conninfo
 from lockcheck.locks.api import Definite, Indefinite
 from lockcheck.workloads.api import KeyPlan, Outcome, Reason, ResourceContext, Section
 

@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 import redis
 
 from lockcheck.cluster.netns import LocalCluster, LocalNode
-from lockcheck.cluster.redis import RedisDB
 from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
+from lockcheck.db.redis import RedisDB
 from lockcheck.nemesis.api import Nemesis, RunContext
 from lockcheck.nemesis.registry import NEMESES
 from lockcheck.spec import TestSpec

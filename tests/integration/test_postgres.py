@@ -34,8 +34,8 @@ import pytest
 
 from lockcheck.cluster.faketime import runs_libfaketime, shm_files
 from lockcheck.cluster.netns import LocalCluster
-from lockcheck.cluster.postgres import OS_USER, PostgresDB
 from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
+from lockcheck.db.postgres import OS_USER, PostgresDB
 from lockcheck.history import read_history
 from lockcheck.locks.api import ClientOptions, Indefinite, NotOwner
 from lockcheck.locks.postgres import (

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from lockcheck.cluster.etcd import healthy
+from lockcheck.db.etcd import healthy
 from lockcheck.history import Op, read_history
 from lockcheck.locks.etcd import EtcdLockClient
 

@@ -13,7 +13,7 @@ import pytest
 
 from lockcheck import exitcodes
 from lockcheck.cluster.api import Clock
-from lockcheck.cluster.redis import RedisDB
+from lockcheck.db.redis import RedisDB
 from lockcheck.errors import BadInput
 from lockcheck.nemesis.registry import (
     NEMESES,

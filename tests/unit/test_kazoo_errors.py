@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from lockcheck.cluster.node import pid_state
-from lockcheck.cluster.zookeeper import (
+from lockcheck.db.zookeeper import (
     ZOOKEEPER_JAR,
     Timing,
     config_text,

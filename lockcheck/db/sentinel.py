@@ -35,7 +35,7 @@ from redis.retry import Retry
 
 from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import wait_until
-from lockcheck.cluster.redis import (
+from lockcheck.db.redis import (
     DEFAULT_PORT,
     RedisProcesses,
     RedisServer,
