@@ -17,15 +17,14 @@ import contextlib
 import http.client
 import json
 import shutil
-import signal
 import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockcheck.cluster.api import Cluster, Daemon, Node
-from lockcheck.cluster.probe import tail_lines, wait_until
+from lockcheck.cluster.api import Cluster
+from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
 
@@ -77,25 +76,16 @@ def healthy(address: str, port: int = CLIENT_PORT) -> bool:
 
 
 @dataclass
-class EtcdMember:
-    """One etcd member on one node: launch, kill, pause, resume."""
+class EtcdMember(Server):
+    """One etcd member on one node."""
 
-    node: Node
     peers: str  # the --initial-cluster value: name=peer URL, for every member
     token: str  # --initial-cluster-token: members of another run can never join
-    daemon: Daemon | None = None
+    label: str = field(default="etcd", kw_only=True)
+    start_timeout_s: float = field(default=START_TIMEOUT_S, kw_only=True)
 
     @property
-    def dir(self) -> Path:
-        return self.node.workdir / "etcd"
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "etcd.log"
-
-    @property
-    def stderr_path(self) -> Path:
-        # what etcd prints before its logger is set up (a bad flag, say)
+    def output_path(self) -> Path:
         return self.dir / "etcd.stderr.log"
 
     @property
@@ -114,39 +104,13 @@ class EtcdMember:
             "--logger", "zap", "--log-outputs", str(self.log_path),
         ]
 
-    def launch(self) -> None:
-        """Start the process; `wait_ready` waits for it (a cluster starts as a whole)."""
-        self.node.run(["mkdir", "-p", str(self.dir)])
-        self.daemon = self.node.spawn(f"etcd-{self.node.name}", self.argv(),
-                                      log=self.stderr_path)
+    def ready(self) -> bool:
+        return healthy(self.node.address)
 
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        d = self.daemon
-        wait_until(lambda: healthy(self.node.address), timeout=timeout,
-                   what=f"etcd on {self.node.name}",
-                   alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
-
-    def log_tail(self, lines: int = 15) -> str:
-        out = [self.node.run(["tail", "-n", str(lines), str(p)], check=False).stdout
-               for p in (self.log_path, self.stderr_path)]
-        return tail_lines("".join(out), lines) or "(no log)"
-
-    def alive(self) -> bool:
-        return self.daemon is not None and self.daemon.alive()
-
-    def kill(self) -> None:
-        if self.daemon is not None:
-            self.daemon.kill()  # SIGTERM takes etcd seconds; its WAL is made for SIGKILL
-
-    def signal(self, sig: int) -> None:
-        if self.daemon is not None:
-            self.daemon.signal(sig)
-
-    def log_files(self) -> list[Path]:
-        return [self.log_path, self.stderr_path]
+    # kill: SIGKILL, as the base does; SIGTERM takes etcd seconds, its WAL is made for it
 
 
-class EtcdDB:
+class EtcdDB(PerNode):
     """An etcd cluster, one member per node (`etcd`, `etcd-*`).
 
     Killable (a member restarts on its data and rejoins), pausable, names its leader,
@@ -156,58 +120,40 @@ class EtcdDB:
     name = "etcd"
 
     def __init__(self, spec: TestSpec, options: Mapping[str, Any] | None = None) -> None:
-        self.members: dict[str, EtcdMember] = {}
+        self.servers: dict[str, EtcdMember] = {}
 
     def setup(self, cluster: Cluster) -> None:
         peers = ",".join(f"{n.name}=http://{n.address}:{PEER_PORT}" for n in cluster.nodes)
-        self.members = {n.name: EtcdMember(n, peers, f"lockcheck-{cluster.run_id}")
+        self.servers = {n.name: EtcdMember(n, peers, f"lockcheck-{cluster.run_id}")
                         for n in cluster.nodes}
-        for m in self.members.values():
+        for m in self.servers.values():
             m.launch()
-        for m in self.members.values():
+        for m in self.servers.values():
             m.wait_ready()
 
     def teardown(self) -> None:
-        for m in self.members.values():
+        for m in self.servers.values():
             m.kill()
 
     def versions(self) -> dict[str, str]:
         return {"etcd": etcd_version()}
 
     def client_config(self) -> dict[str, Any]:
-        return {"endpoints": [m.client_url for m in self.members.values()]}
+        return {"endpoints": [m.client_url for m in self.servers.values()]}
 
     def describe(self) -> dict[str, dict[str, object]]:
         return {name: {"service": "etcd", "address": m.node.address, "port": CLIENT_PORT,
                        "pid": m.daemon.pid if m.daemon else None}
-                for name, m in self.members.items()}
+                for name, m in self.servers.items()}
 
-    # -- capabilities ----------------------------------------------------------------
-
-    def kill(self, node: str) -> None:
-        self.members[node].kill()
-
-    def start(self, node: str) -> None:
-        m = self.members[node]
-        if not m.alive():
-            m.launch()
-            m.wait_ready()
-
-    def alive(self, node: str) -> bool:
-        return self.members[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.members[node].signal(signal.SIGSTOP)
-
-    def resume(self, node: str) -> None:
-        self.members[node].signal(signal.SIGCONT)
+    # -- capabilities (and kill/start/alive/pause/resume/log_files of PerNode) ------
 
     def primaries(self) -> list[str]:
         """The leader as the members see it; the view of the highest raft term wins, so
         a member cut off with a stale leader in mind does not decide."""
         names: dict[int, str] = {}
         best: tuple[int, int] | None = None  # (raft term, leader member id)
-        for m in self.members.values():
+        for m in self.servers.values():
             if not m.alive():
                 continue
             members = post_json(m.node.address, CLIENT_PORT, "/v3/cluster/member/list", {})
@@ -222,6 +168,3 @@ class EtcdDB:
         if best is None or best[1] not in names:
             return []
         return [names[best[1]]]
-
-    def log_files(self) -> dict[str, Sequence[Path]]:
-        return {name: m.log_files() for name, m in self.members.items()}

@@ -32,8 +32,9 @@ from typing import Any
 import psycopg
 
 from lockcheck.cluster import faketime
-from lockcheck.cluster.api import Cluster, Daemon, Node
+from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import tail_lines, wait_until
+from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
 
@@ -139,14 +140,14 @@ def serves(address: str, port: int) -> bool:
 
 
 @dataclass
-class PostgresServer:
+class PostgresServer(Server):
     """One postmaster and its data folder on one node."""
 
-    node: Node
     port: int = DEFAULT_PORT
     max_connections: int = 50
     tcp: bool = True  # False: a Unix socket only (a resource no partition can cut off)
-    daemon: Daemon | None = None
+    label: str = field(default="postgres", kw_only=True)
+    start_timeout_s: float = field(default=START_TIMEOUT_S, kw_only=True)
     paused: list[int] = field(default_factory=list)  # backends stopped with the postmaster
     fake_clock: bool = False  # started under libfaketime (cluster/faketime.py)
     private_ipc: bool = True  # in an IPC namespace of its own (see can_unshare_ipc)
@@ -160,20 +161,12 @@ class PostgresServer:
         return self.node.address if self.tcp else str(self.socket_dir)
 
     @property
-    def dir(self) -> Path:
-        return self.node.workdir / "postgres"
-
-    @property
     def data(self) -> Path:
         return self.dir / "data"
 
     @property
     def socket_dir(self) -> Path:
         return self.dir / "sock"
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "postgres.log"
 
     @property
     def initdb_log(self) -> Path:
@@ -187,6 +180,7 @@ class PostgresServer:
         if self.fake_clock:
             self.clock_env = faketime.server_env(n, shim=False)
         n.run(["mkdir", "-p", str(self.data), str(self.socket_dir)])
+        self.made_dir = True
         n.run(["chown", "-R", f"{OS_USER}:{OS_USER}", str(self.dir)])
         n.run(["chmod", "700", str(self.data)])
         r = n.run(as_postgres([str(INITDB), "-D", str(self.data), "-U", OS_USER,
@@ -218,25 +212,10 @@ class PostgresServer:
 
     def launch(self) -> None:
         self.paused = []
-        self.daemon = self.node.spawn(f"postgres-{self.node.name}", self.argv(),
-                                      log=self.log_path)
+        super().launch()
 
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        d = self.daemon
-        wait_until(lambda: serves(self.host, self.port), timeout=timeout,
-                   what=f"postgres on {self.node.name}",
-                   alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
-
-    def start(self) -> None:
-        self.launch()
-        self.wait_ready()
-
-    def log_tail(self, lines: int = 15) -> str:
-        r = self.node.run(["tail", "-n", str(lines), str(self.log_path)], check=False)
-        return tail_lines(r.stdout, lines) or "(no log)"
-
-    def alive(self) -> bool:
-        return self.daemon is not None and self.daemon.alive()
+    def ready(self) -> bool:
+        return serves(self.host, self.port)
 
     def backends(self) -> list[int]:
         """The postmaster's children: backends, checkpointer, walwriter, ..."""
@@ -257,10 +236,10 @@ class PostgresServer:
         rows = [line.split() for line in r.stdout.splitlines()]
         return [int(p[0]) for p in rows if len(p) == 2 and not p[1].startswith("Z")]
 
-    def crash(self) -> None:
-        """SIGKILL the postmaster and every backend at once, as a machine crash would:
-        no shutdown checkpoint, no goodbye to the clients. Returns once all are gone
-        (a new postmaster must never share the data folder with an old backend)."""
+    def kill(self) -> None:
+        """A crash: SIGKILL the postmaster and every backend at once, as a machine crash
+        would: no shutdown checkpoint, no goodbye to the clients. Returns once all are
+        gone (a new postmaster must never share the data folder with an old backend)."""
         d = self.daemon
         if d is None or not d.alive():
             return
@@ -304,7 +283,7 @@ class PostgresServer:
         self.resume()  # a stopped process cannot act on SIGQUIT
         d.signal(signal.SIGQUIT)
         if not d.wait(STOP_GRACE_S):
-            self.crash()
+            self.kill()
 
     def terminate_holders(self) -> list[tuple[int, str, bool]]:
         with psycopg.connect(**conninfo(self.host, self.port,
@@ -317,7 +296,7 @@ class PostgresServer:
         return [self.log_path, self.initdb_log]
 
 
-class PostgresDB:
+class PostgresDB(PerNode):
     """One PostgreSQL server on the first node (`postgres` and its variants)."""
 
     name = "postgres"
@@ -326,19 +305,19 @@ class PostgresDB:
         # a session per worker, plus the sessions of workers that retired and whose old
         # session the server has not noticed gone yet, plus the controller's
         self.max_connections = max(50, 4 * spec.concurrency + 10)
-        self.server: PostgresServer | None = None
+        self.servers: dict[str, PostgresServer] = {}
         self.faking = False
 
-    def _server(self, node: str) -> PostgresServer:
-        if self.server is None or self.server.node.name != node:
-            raise KeyError(node)
-        return self.server
+    @property
+    def server(self) -> PostgresServer | None:
+        return next(iter(self.servers.values()), None)
 
     def setup(self, cluster: Cluster) -> None:
-        self.server = PostgresServer(cluster.nodes[0], max_connections=self.max_connections,
-                                     fake_clock=self.faking)
-        self.server.init()
-        self.server.start()
+        s = PostgresServer(cluster.nodes[0], max_connections=self.max_connections,
+                           fake_clock=self.faking)
+        self.servers = {s.node.name: s}
+        s.init()
+        s.start()
 
     def teardown(self) -> None:
         if self.server is not None and self.server.alive():
@@ -362,24 +341,7 @@ class PostgresDB:
         return {s.node.name: {"service": "postgres", "address": s.node.address,
                               "port": s.port, "pid": s.daemon.pid if s.daemon else None}}
 
-    # -- capabilities ----------------------------------------------------------------
-
-    def kill(self, node: str) -> None:
-        self._server(node).crash()
-
-    def start(self, node: str) -> None:
-        s = self._server(node)
-        if not s.alive():
-            s.start()
-
-    def alive(self, node: str) -> bool:
-        return self._server(node).alive()
-
-    def pause(self, node: str) -> None:
-        self._server(node).pause()
-
-    def resume(self, node: str) -> None:
-        self._server(node).resume()
+    # -- capabilities (and kill/start/alive/pause/resume/log_files of PerNode) ------
 
     def failover(self, rng: Random) -> dict[str, Any]:
         """Terminate the backends of the sessions that hold locks right now: their
@@ -403,7 +365,7 @@ class PostgresDB:
         self.faking = True
 
     def set_clock(self, node: str, offset_ms: float) -> None:
-        s = self._server(node)
+        s = self.servers[node]
         if not s.fake_clock:
             raise RuntimeError("postgres was not started under a fake clock (fake_clock() "
                                "must come before setup)")
@@ -411,7 +373,3 @@ class PostgresDB:
 
     def reset_clock(self, node: str) -> None:
         self.set_clock(node, 0.0)
-
-    def log_files(self) -> dict[str, Sequence[Path]]:
-        s = self.server
-        return {s.node.name: s.log_files()} if s is not None else {}

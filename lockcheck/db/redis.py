@@ -8,16 +8,16 @@ lock name lives on one master, and Redlock, where every name lives on all of the
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster import faketime
-from lockcheck.cluster.api import Cluster, Daemon, Node
-from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
+from lockcheck.cluster.api import Cluster, Node
+from lockcheck.cluster.probe import tcp_exchange
+from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
 
@@ -51,33 +51,26 @@ def ping(address: str, port: int, timeout: float = 0.5) -> bool:
 
 
 @dataclass
-class RedisServer:
-    """One redis-server on one node: start, kill, pause, resume."""
+class RedisServer(Server):
+    """One redis-server on one node."""
 
-    node: Node
     port: int = DEFAULT_PORT
     persistence: bool = False  # AOF with fsync always (Redlock's "restart safely")
     extra_args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    daemon: Daemon | None = None
+    env_vars: Mapping[str, str] = field(default_factory=dict)
     program: str = "redis-server"
-    label: str = "redis"  # names its folder and log files on the node
+    label: str = field(default="redis", kw_only=True)
+    start_timeout_s: float = field(default=START_TIMEOUT_S, kw_only=True)
     # a config file read before the options (a replica's `replicaof`): CONFIG REWRITE,
     # as Sentinel sends it, keeps a changed role there across a restart
     config: Path | None = None
-    made_dir: bool = False
 
     @property
     def dir(self) -> Path:
         return self.node.workdir / f"{self.label}-{self.port}"
 
     @property
-    def log_path(self) -> Path:
-        return self.dir / f"{self.label}.log"
-
-    @property
-    def stderr_path(self) -> Path:
-        # what redis prints before its log file is open (a bad option, say)
+    def output_path(self) -> Path:
         return self.dir / f"{self.label}.stderr.log"
 
     def argv(self) -> list[str]:
@@ -93,73 +86,11 @@ class RedisServer:
             args += ["--save", "", "--appendonly", "no"]
         return args + list(self.extra_args)
 
-    def launch(self) -> None:
-        """Start the process; `wait_ready` waits for it (so a whole set starts at once)."""
-        if not self.made_dir:  # a restart after a kill is on the clock: skip a round trip
-            self.node.run(["mkdir", "-p", str(self.dir)])
-            self.made_dir = True
-        self.daemon = self.node.spawn(f"{self.label}-{self.node.name}", self.argv(),
-                                      log=self.stderr_path, env=self.env or None)
+    def env(self) -> Mapping[str, str] | None:
+        return self.env_vars or None
 
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        d = self.daemon
-        wait_until(lambda: ping(self.node.address, self.port), timeout=timeout,
-                   what=f"{self.label} on {self.node.name}",
-                   alive=(lambda: d.alive()) if d is not None else None, tail=self.log_tail)
-
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        self.launch()
-        self.wait_ready(timeout)
-
-    def log_tail(self, lines: int = 15) -> str:
-        out = []
-        for p in (self.log_path, self.stderr_path):
-            r = self.node.run(["tail", "-n", str(lines), str(p)], check=False)
-            out.append(r.stdout)
-        return tail_lines("".join(out), lines) or "(no log)"
-
-    def alive(self) -> bool:
-        return self.daemon is not None and self.daemon.alive()
-
-    def kill(self) -> None:
-        if self.daemon is not None:
-            self.daemon.kill()
-
-    def pause(self) -> None:
-        if self.daemon is not None:
-            self.daemon.signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.daemon is not None:
-            self.daemon.signal(signal.SIGCONT)
-
-    def log_files(self) -> list[Path]:
-        return [self.log_path, self.stderr_path]
-
-
-class RedisProcesses:
-    """Kill, start, pause and resume the redis-server of a node (the `Killable` and
-    `Pausable` capabilities of every database made of `RedisServer`s)."""
-
-    servers: dict[str, RedisServer]
-
-    def kill(self, node: str) -> None:
-        self.servers[node].kill()
-
-    def start(self, node: str) -> None:
-        s = self.servers[node]
-        if not s.alive():
-            s.start()
-
-    def alive(self, node: str) -> bool:
-        return self.servers[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.servers[node].pause()
-
-    def resume(self, node: str) -> None:
-        self.servers[node].resume()
-
+    def ready(self) -> bool:
+        return ping(self.node.address, self.port)
 
 
 class RedisClocks:
@@ -190,7 +121,7 @@ class RedisClocks:
         self.set_clock(node, 0.0)
 
     def kill(self, node: str) -> None:
-        """Kill (with the processes' capability next in line), then remove the files
+        """Kill (with `PerNode` next in line), then remove the files
         libfaketime leaves on the node, before the PID can be reused by another faked
         process (whose fake clock would then fail to start)."""
         s = self.servers[node]
@@ -200,7 +131,7 @@ class RedisClocks:
             s.node.run(["rm", "-f", *map(str, faketime.shm_files(pid))], check=False)
 
 
-class RedisDB(RedisClocks, RedisProcesses):
+class RedisDB(RedisClocks, PerNode):
     """Independent Redis masters, one per node (`redis`, `redlock`).
 
     Killable (a killed master restarts empty: no persistence unless the backend asks
@@ -216,7 +147,7 @@ class RedisDB(RedisClocks, RedisProcesses):
 
     def setup(self, cluster: Cluster) -> None:
         self.servers = {n.name: RedisServer(n, persistence=self.persistence,
-                                            env=self.clock_env(n))
+                                            env_vars=self.clock_env(n))
                         for n in cluster.nodes}
         for s in self.servers.values():
             s.launch()
@@ -239,7 +170,4 @@ class RedisDB(RedisClocks, RedisProcesses):
                        "pid": s.daemon.pid if s.daemon else None}
                 for name, s in self.servers.items()}
 
-    # -- capabilities (and those of RedisClocks and RedisProcesses) -----------------
-
-    def log_files(self) -> dict[str, Sequence[Path]]:
-        return {name: s.log_files() for name, s in self.servers.items()}
+    # capabilities: those of RedisClocks and PerNode

@@ -23,7 +23,7 @@ import random
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,11 +37,11 @@ from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import wait_until
 from lockcheck.db.redis import (
     DEFAULT_PORT,
-    RedisProcesses,
     RedisServer,
     redis_binary,
     redis_version,
 )
+from lockcheck.db.server import PerNode
 from lockcheck.spec import TestSpec
 
 SERVICE = "lockcheck"  # the master name the Sentinels monitor
@@ -78,7 +78,7 @@ class SentinelServer(RedisServer):
 
     port: int = SENTINEL_PORT
     program: str = "redis-sentinel"
-    label: str = "sentinel"
+    label: str = field(default="sentinel", kw_only=True)
     primary: str = ""  # the address of the primary to monitor at first
     quorum: int = 1
     settings: Settings = Settings()
@@ -166,7 +166,7 @@ def sentinel_ready(address: str, port: int, n: int, since: float) -> bool:
             and all(answered(p) for p in peers))
 
 
-class SentinelDB(RedisProcesses):
+class SentinelDB(PerNode):
     """Redis primary + replicas + a Sentinel per node (`redis-sentinel`).
 
     Capabilities: Killable and Pausable act on the Redis servers only; the Sentinels
@@ -256,7 +256,7 @@ class SentinelDB(RedisProcesses):
                          "sentinel_pid": t.daemon.pid if t and t.daemon else None}
         return out
 
-    # -- capabilities (and kill/start/alive/pause/resume of RedisProcesses) ----------
+    # -- capabilities (and kill/start/alive/pause/resume of PerNode) -----------------
 
     def log_files(self) -> dict[str, Sequence[Path]]:
         return {name: [*s.log_files(),

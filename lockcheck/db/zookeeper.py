@@ -29,12 +29,13 @@ import subprocess
 import zipfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockcheck.cluster.api import Cluster, Daemon, Node
-from lockcheck.cluster.probe import tail_lines, tcp_exchange, wait_until
+from lockcheck.cluster.api import Cluster
+from lockcheck.cluster.probe import tcp_exchange, wait_until
+from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
 from lockcheck.spec import TestSpec
 
@@ -139,66 +140,40 @@ def java_version() -> str:
 
 
 @dataclass
-class ZooKeeperServer:
+class ZooKeeperServer(Server):
     """One ensemble member on one node."""
 
-    node: Node
     myid: int
-    daemon: Daemon | None = None
-
-    @property
-    def dir(self) -> Path:
-        return self.node.workdir / "zookeeper"
+    label: str = field(default="zookeeper", kw_only=True)
+    start_timeout_s: float = field(default=START_TIMEOUT_S, kw_only=True)
+    probe_interval_s: float = field(default=0.1, kw_only=True)
 
     @property
     def cfg_path(self) -> Path:
         return self.dir / "zoo.cfg"
 
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "zookeeper.log"
-
     def configure(self, members: Sequence[str], timing: Timing) -> None:
         data = self.dir / "data"
         self.node.run(["mkdir", "-p", str(data)])
+        self.made_dir = True
         self.node.write_file(data / "myid", f"{self.myid}\n")
         self.node.write_file(self.cfg_path, config_text(self.myid, members, data, timing,
                                                         self.node.address))
 
-    def launch(self) -> None:
-        self.daemon = self.node.spawn(f"zookeeper-{self.node.name}",
-                                      server_argv(self.cfg_path, self.dir), log=self.log_path)
+    def argv(self) -> list[str]:
+        return server_argv(self.cfg_path, self.dir)
 
     def mode(self, timeout: float = 0.5) -> str | None:
         return mode(srvr(self.node.address, timeout=timeout))
 
-    def serving(self) -> bool:
+    def ready(self) -> bool:
         return self.mode() in SERVING_MODES
 
-    def wait_serving(self, timeout: float = START_TIMEOUT_S) -> float:
-        d = self.daemon
-        return wait_until(self.serving, timeout=timeout, interval=0.1,
-                          what=f"zookeeper on {self.node.name}",
-                          alive=(lambda: d.alive()) if d is not None else None,
-                          tail=self.log_tail)
-
-    def log_tail(self, lines: int = 15) -> str:
-        r = self.node.run(["tail", "-n", str(lines), str(self.log_path)], check=False)
-        return tail_lines(r.stdout, lines) or "(no log)"
-
-    def alive(self) -> bool:
-        return self.daemon is not None and self.daemon.alive()
-
-    def kill(self) -> None:
-        if self.daemon is not None:
-            self.daemon.kill()
-
-    def signal(self, sig: int) -> None:
-        if self.daemon is not None:
-            self.daemon.signal(sig)
+    def log_files(self) -> list[Path]:
+        return [self.log_path, self.cfg_path]
 
 
-class ZooKeeperDB:
+class ZooKeeperDB(PerNode):
     """A ZooKeeper ensemble, one member per node (`zookeeper` and its variants).
 
     Killable (a killed member restarts on its own data and rejoins), pausable, names
@@ -231,7 +206,7 @@ class ZooKeeperDB:
         pending = list(servers)
         with ThreadPoolExecutor(max_workers=len(servers)) as pool:
             def ready() -> bool:
-                serving = list(pool.map(lambda s: s.serving(), pending))
+                serving = list(pool.map(lambda s: s.ready(), pending))
                 pending[:] = [s for s, ok in zip(pending, serving, strict=True) if not ok]
                 return not pending
 
@@ -261,25 +236,7 @@ class ZooKeeperDB:
                        "pid": s.daemon.pid if s.daemon else None}
                 for name, s in self.servers.items()}
 
-    # -- capabilities ----------------------------------------------------------------
-
-    def kill(self, node: str) -> None:
-        self.servers[node].kill()
-
-    def start(self, node: str) -> None:
-        s = self.servers[node]
-        if not s.alive():
-            s.launch()
-            s.wait_serving()
-
-    def alive(self, node: str) -> bool:
-        return self.servers[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.servers[node].signal(signal.SIGSTOP)
-
-    def resume(self, node: str) -> None:
-        self.servers[node].signal(signal.SIGCONT)
+    # -- capabilities (and kill/start/alive/pause/resume/log_files of PerNode) ------
 
     def primaries(self) -> list[str]:
         """The members that say they lead (asked at once: a paused one answers late)."""
@@ -288,6 +245,3 @@ class ZooKeeperDB:
             modes = list(pool.map(lambda item: item[1].mode(), servers))
         return [name for (name, _), m in zip(servers, modes, strict=True)
                 if m in ("leader", "standalone")]
-
-    def log_files(self) -> dict[str, Sequence[Path]]:
-        return {name: [s.log_path, s.cfg_path] for name, s in self.servers.items()}
