@@ -1,8 +1,11 @@
 """Backends by name: which database runs on the nodes and which client library locks.
 
-A backend is a database (`cluster/`) plus a lock client (`locks/`) plus the switches of
-a variant. Adding one is a module in each folder and an entry in `BACKENDS`; nothing
-else in lockcheck branches on backend names. Factories are named as "module:attr"
+A backend is a database (`db/`) plus a lock client (`locks/`) plus the switches of a
+variant. Its definition also owns what must be installed for it: the server programs
+and the Debian package of each (`servers`), and the client library on PyPI with its
+extras. `preflight` (doctor, the one-line refusal, the ssh provider's apt-get) reads
+them; `tests/unit/test_backend_definitions.py` checks that the node image, the
+installer, pyproject.toml and the docs agree. Factories are named as "module:attr"
 strings so that this table imports nothing heavy: a client worker loads only its own
 client library, and the controller only the database it runs.
 """
@@ -30,18 +33,31 @@ class Backend:
     description: str
     db: str  # "module:factory", called as factory(spec, options) -> DB
     client: str  # "module:factory", a `locks.api.ClientFactory`
-    library: str  # the PyPI distribution of the client library, for its version
+    library: str  # the PyPI distribution of the client library (its version is reported)
+    library_extras: tuple[str, ...] = ()  # the extras pyproject.toml asks of it
     fence: str | None  # where fencing tokens come from; None: the backend issues none
     expect: str  # what a run is expected to show, in a sentence
     default_nodes: int = 1
     min_nodes: int = 1
     max_nodes: int | None = None
-    binaries: tuple[str, ...] = ()  # server programs that must be installed
+    # the server programs a node runs (a name on PATH, or a path) -> the Debian package
+    # that brings each
+    servers: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
     unsafe: bool = False  # a variant that exists to show a known failure
     # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
     # so `client-pause --pause-at acquire` can stop it there
     stops_at_reply: bool = False
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        """The server programs that must be installed."""
+        return tuple(self.servers)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The Debian packages that bring them."""
+        return tuple(dict.fromkeys(self.servers.values()))
 
     def make_db(self, spec: TestSpec) -> DB:
         factory: Callable[..., DB] = load(self.db)
@@ -76,7 +92,7 @@ def _redis(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="redis", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redis:make_clients", library="redis",
-        binaries=("redis-server",))
+        servers={"redis-server": "redis-server"})
     return Backend(**{**base, **kw})
 
 
@@ -85,7 +101,8 @@ def _redlock(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="redlock", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redlock:make_clients", library="pottery",
-        binaries=("redis-server",), default_nodes=5, min_nodes=3, stops_at_reply=True)
+        servers={"redis-server": "redis-server"}, default_nodes=5, min_nodes=3,
+        stops_at_reply=True)
     return Backend(**{**base, **kw})
 
 
@@ -94,7 +111,7 @@ def _etcd(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="etcd", db="lockcheck.db.etcd:EtcdDB",
         client="lockcheck.locks.etcd:make_clients", library="requests",
-        binaries=("etcd",), default_nodes=3)
+        servers={"etcd": "etcd-server"}, default_nodes=3)
     return Backend(**{**base, **kw})
 
 
@@ -105,7 +122,8 @@ def _sentinel(**kw: Any) -> Backend:
         client="lockcheck.locks.sentinel:make_clients", library="redis",
         fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
               "replicated asynchronously, so a failover can repeat or lower it",
-        default_nodes=3, min_nodes=3, binaries=("redis-server", "redis-sentinel"))
+        default_nodes=3, min_nodes=3,
+        servers={"redis-server": "redis-server", "redis-sentinel": "redis-sentinel"})
     return Backend(**{**base, **kw})
 
 
@@ -113,8 +131,10 @@ def _postgres(**kw: Any) -> Backend:
     """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
     base: dict[str, Any] = dict(
         family="postgres", db="lockcheck.db.postgres:PostgresDB",
-        client="lockcheck.locks.postgres:make_clients", library="psycopg", max_nodes=1,
-        binaries=("/usr/lib/postgresql/15/bin/postgres",))  # setpriv, unshare: util-linux
+        client="lockcheck.locks.postgres:make_clients", library="psycopg",
+        library_extras=("binary",), max_nodes=1,
+        # setpriv and unshare come with util-linux, which every Debian has
+        servers={"/usr/lib/postgresql/15/bin/postgres": "postgresql-15"})
     return Backend(**{**base, **kw})
 
 
@@ -123,7 +143,8 @@ def _zookeeper(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="zookeeper", db="lockcheck.db.zookeeper:ZooKeeperDB",
         client="lockcheck.locks.kazoo:make_clients", library="kazoo", default_nodes=3,
-        binaries=("java",),  # the zookeeper package brings it and the jars (checked at setup)
+        # the zookeeper package brings java and the jars (checked at setup)
+        servers={"java": "zookeeper"},
         fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")
     return Backend(**{**base, **kw})
 

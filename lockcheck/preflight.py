@@ -8,17 +8,24 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lockcheck.backends import BACKENDS
 from lockcheck.errors import BadInput
 
-INSTALL = {
-    "ip": "apt-get install -y iproute2",
-    "iptables": "apt-get install -y iptables",
-    "redis-server": "apt-get install -y redis-server",
-    "etcd": "apt-get install -y etcd-server",
-    "redis-sentinel": "apt-get install -y redis-sentinel",
-    "/usr/lib/postgresql/15/bin/postgres": "apt-get install -y postgresql-15",
-    "java": "apt-get install -y zookeeper",
-}
+# the tools lockcheck itself drives on this machine -> their Debian packages
+TOOLS = {"ip": "iproute2", "iptables": "iptables"}
+
+
+def debian_package_of() -> dict[str, str]:
+    """Program -> the Debian package that brings it: the tools, and every backend's
+    servers as its definition names them."""
+    out = dict(TOOLS)
+    for b in BACKENDS.values():
+        out.update(b.servers)
+    return out
+
+
+INSTALL = {program: f"apt-get install -y {package}"
+           for program, package in debian_package_of().items()}
 
 
 @dataclass
@@ -59,8 +66,6 @@ def check_proc() -> Finding:
 
 
 def doctor() -> list[Finding]:
-    from lockcheck.backends import BACKENDS
-
     out = [Finding("root", is_root(), f"euid {os.geteuid()}", "run as root (sudo)")]
     out.append(check_proc())
     out.append(check_netns())
@@ -104,14 +109,10 @@ def provider_findings(name: str | None, nodes_file: str | None) -> list[Finding]
 
 
 def debian_packages(binaries: Sequence[str]) -> tuple[str, ...]:
-    """The Debian packages that bring these programs (from INSTALL's commands), for a
-    provider that installs them on its nodes."""
-    out: list[str] = []
-    for b in binaries:
-        how = INSTALL.get(b, "")
-        if how.startswith("apt-get install"):
-            out += [w for w in how.split()[2:] if not w.startswith("-")]
-    return tuple(dict.fromkeys(out))
+    """The Debian packages that bring these programs, for a provider that installs
+    them on its nodes."""
+    known = debian_package_of()
+    return tuple(dict.fromkeys(known[b] for b in binaries if b in known))
 
 
 def require_binaries(binaries: Sequence[str]) -> None:

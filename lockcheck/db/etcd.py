@@ -26,6 +26,7 @@ from typing import Any
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
+from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
 
 CLIENT_PORT = 2379
@@ -40,7 +41,7 @@ TUNING = ("--heartbeat-interval", "100", "--election-timeout", "1000", "--pre-vo
 def etcd_binary() -> str:
     path = shutil.which("etcd")
     if path is None:
-        raise BadInput("etcd not found; install it with: apt-get install -y etcd-server")
+        raise BadInput(f"etcd not found; install it with: {INSTALL['etcd']}")
     return path
 
 

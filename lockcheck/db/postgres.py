@@ -36,6 +36,7 @@ from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import tail_lines, wait_until
 from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
+from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
 
 log = logging.getLogger("lockcheck.postgres")
@@ -71,7 +72,7 @@ SELECT a.pid, a.application_name, pg_terminate_backend(a.pid, 1000)
 
 def postgres_version() -> str:
     if not POSTGRES.exists():
-        raise BadInput(f"{POSTGRES} not found; install it with: apt-get install -y postgresql-15")
+        raise BadInput(f"{POSTGRES} not found; install it with: {INSTALL[str(POSTGRES)]}")
     out = subprocess.run([str(POSTGRES), "--version"], capture_output=True, text=True).stdout
     # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
     parts = out.split()

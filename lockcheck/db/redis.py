@@ -19,6 +19,7 @@ from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import tcp_exchange
 from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
+from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
 
 DEFAULT_PORT = 6379
@@ -28,7 +29,7 @@ START_TIMEOUT_S = 10.0
 def redis_binary(program: str = "redis-server") -> str:
     path = shutil.which(program)
     if path is None:
-        raise BadInput(f"{program} not found; install it with: apt-get install -y {program}")
+        raise BadInput(f"{program} not found; install it with: {INSTALL[program]}")
     return path
 
 

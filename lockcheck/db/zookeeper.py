@@ -37,6 +37,7 @@ from lockcheck.cluster.api import Cluster
 from lockcheck.cluster.probe import tcp_exchange, wait_until
 from lockcheck.db.server import PerNode, Server
 from lockcheck.errors import BadInput
+from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # its manifest pulls in the rest
@@ -189,7 +190,7 @@ class ZooKeeperDB(PerNode):
     def setup(self, cluster: Cluster) -> None:
         for jar in (ZOOKEEPER_JAR, SLF4J_JAR):
             if not jar.is_file():
-                raise BadInput(f"{jar} not found; install it with: apt-get install -y zookeeper")
+                raise BadInput(f"{jar} not found; install it with: {INSTALL['java']}")
         nodes = list(cluster.nodes)
         self.servers = {n.name: ZooKeeperServer(n, i) for i, n in enumerate(nodes, start=1)}
         members = [n.address for n in nodes]
