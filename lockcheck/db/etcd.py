@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
-from lockcheck.db.server import PerNode, Server
+from lockcheck.db.server import PerNode, Server, start_together
 from lockcheck.errors import BadInput
 from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
@@ -127,14 +127,7 @@ class EtcdDB(PerNode):
         peers = ",".join(f"{n.name}=http://{n.address}:{PEER_PORT}" for n in cluster.nodes)
         self.servers = {n.name: EtcdMember(n, peers, f"lockcheck-{cluster.run_id}")
                         for n in cluster.nodes}
-        for m in self.servers.values():
-            m.launch()
-        for m in self.servers.values():
-            m.wait_ready()
-
-    def teardown(self) -> None:
-        for m in self.servers.values():
-            m.kill()
+        start_together(self.servers.values())
 
     def versions(self) -> dict[str, str]:
         return {"etcd": etcd_version()}

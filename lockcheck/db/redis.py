@@ -17,7 +17,7 @@ from typing import Any
 from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import tcp_exchange
-from lockcheck.db.server import PerNode, Server
+from lockcheck.db.server import PerNode, Server, start_together
 from lockcheck.errors import BadInput
 from lockcheck.preflight import INSTALL
 from lockcheck.spec import TestSpec
@@ -150,14 +150,7 @@ class RedisDB(RedisClocks, PerNode):
         self.servers = {n.name: RedisServer(n, persistence=self.persistence,
                                             env_vars=self.clock_env(n))
                         for n in cluster.nodes}
-        for s in self.servers.values():
-            s.launch()
-        for s in self.servers.values():
-            s.wait_ready()
-
-    def teardown(self) -> None:
-        for s in self.servers.values():
-            s.kill()
+        start_together(self.servers.values())
 
     def versions(self) -> dict[str, str]:
         return {"redis-server": redis_version()}

@@ -41,7 +41,7 @@ from lockcheck.db.redis import (
     redis_binary,
     redis_version,
 )
-from lockcheck.db.server import PerNode
+from lockcheck.db.server import PerNode, start_together
 from lockcheck.spec import TestSpec
 
 SERVICE = "lockcheck"  # the master name the Sentinels monitor
@@ -207,10 +207,7 @@ class SentinelDB(PerNode):
             role = "" if n is primary else f"replicaof {primary.address} {DEFAULT_PORT}\n"
             n.write_file(s.config, role)
             self.servers[n.name] = s
-        for s in self.servers.values():
-            s.launch()
-        for s in self.servers.values():
-            s.wait_ready()
+        start_together(self.servers.values())
         for s in list(self.servers.values())[1:]:
             wait_until(partial(replica_link_up, s.node.address, s.port),
                        timeout=SETUP_TIMEOUT_S, what=f"replication to {s.node.name}",
@@ -223,10 +220,7 @@ class SentinelDB(PerNode):
                 settings=self.settings, myid=ids[n.name],
                 replicas=tuple(r.address for r in nodes if r is not primary),
                 peers=tuple((p.address, ids[p.name]) for p in nodes if p is not n))
-        for t in self.sentinels.values():
-            t.launch()
-        for t in self.sentinels.values():
-            t.wait_ready()
+        start_together(self.sentinels.values())
         listening = time.monotonic()
         for t in self.sentinels.values():
             wait_until(partial(sentinel_ready, t.node.address, t.port, len(nodes), listening),

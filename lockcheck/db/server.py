@@ -14,7 +14,7 @@ acting on `servers[node]`, so no database writes that delegation out itself.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,11 +107,26 @@ class Server:
         self.signal(signal.SIGCONT)
 
 
+def start_together(servers: Iterable[Server]) -> None:
+    """Launch every server, then wait for each: an ensemble forms only once enough of
+    it is up, and the waits overlap."""
+    started = list(servers)
+    for s in started:
+        s.launch()
+    for s in started:
+        s.wait_ready()
+
+
 class PerNode:
     """`Killable`, `Pausable` and `LogFiles` of a database by node name, acting on the
-    server of that node (`servers`, filled in by the database's setup)."""
+    server of that node (`servers`, filled in by the database's setup), and a teardown
+    that kills them all."""
 
     servers: Mapping[str, Server]
+
+    def teardown(self) -> None:
+        for s in self.servers.values():
+            s.kill()
 
     def kill(self, node: str) -> None:
         self.servers[node].kill()
