@@ -3,19 +3,19 @@
 A backend is a database (`cluster/`) plus a lock client (`locks/`) plus the switches of
 a variant. Adding one is a module in each folder and an entry in `BACKENDS`; nothing
 else in lockcheck branches on backend names. Factories are named as "module:attr"
-strings so that this table imports nothing heavy: a client worker loads only its own
-client library, and the controller only the database it runs.
+strings (`lockcheck/registry.py`) so that this table imports nothing heavy: a client
+worker loads only its own client library, and the controller only the database it runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.errors import BadInput
+from lockcheck.registry import load
 
 if TYPE_CHECKING:
     from lockcheck.cluster.api import DB
@@ -63,12 +63,6 @@ class Backend:
             return importlib.metadata.version(self.library)
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
-
-
-def load(dotted: str) -> Any:
-    """`"package.module:attr"` -> the attribute."""
-    module, _, attr = dotted.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def _redis(**kw: Any) -> Backend:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend, load
+from lockcheck.backends import Backend, backend
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
 from lockcheck.clients import ResolvedClient, probe_factory, resolve_client
@@ -46,6 +46,7 @@ from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import debian_packages, require_binaries
+from lockcheck.registry import load
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
@@ -467,8 +468,6 @@ class Run:
         path, the clients' clock files), each undone after the workers stop."""
         assert self.cluster is not None
         ctx = PrepareContext(spec=self.spec, cluster=self.cluster, db=self.p.db)
-        from lockcheck.backends import load
-
         for step in prepare_steps(self.spec.nemesis):
             prepared: Prepared = load(step)(ctx)
             self.prepared[step] = prepared
