@@ -515,7 +515,7 @@ def cluster_up(**o: Any) -> int:
                    "gone for good: an ssh host that no longer exists).")
 def cluster_down(forget: tuple[str, ...]) -> int:
     """Remove every lockcheck cluster, and the leftovers of killed runs."""
-    from lockcheck.cluster.providers import PROVIDERS
+    from lockcheck.cluster.providers import all_providers
     from lockcheck.cluster.state import Registry
     from lockcheck.preflight import is_root
 
@@ -534,7 +534,7 @@ def cluster_down(forget: tuple[str, ...]) -> int:
     live = [s for s in Registry().all() if s.kind == "test" and s.owner_alive()]
     cleaned: list[str] = []
     problems: list[str] = []
-    for p in PROVIDERS.values():
+    for p in all_providers():
         # clusters left running on purpose are removed too; live test runs are not
         try:
             cleaned += [r for r in p.reap(Registry()) + p.remove_kept(Registry())

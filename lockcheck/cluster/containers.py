@@ -48,13 +48,13 @@ from lockcheck.cluster.netns import (
     pick_subnet,
 )
 from lockcheck.cluster.node import pid_start_time
+from lockcheck.cluster.providers import ClusterRequest, Provider
 from lockcheck.cluster.remote import RemoteNode, in_parallel
 from lockcheck.cluster.shell_session import PooledShell, SessionPool
 from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 if TYPE_CHECKING:
-    from lockcheck.cluster.providers import ClusterRequest, Provider
     from lockcheck.spec import TestSpec
 
 LABEL = "lockcheck.run"
@@ -408,22 +408,19 @@ def check(spec: TestSpec, say: Callable[[str], None]) -> None:
     require_image(connect(), str(spec.provider_options.get("image", images.IMAGE)))
 
 
-def provider() -> Provider:
-    from lockcheck.cluster.providers import Provider
-
-    return Provider(
-        name="docker",
-        description="a container per node on a Docker network lockcheck creates; clients "
-                    "in namespaces of this machine on that network's bridge",
-        make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
-        max_nodes=MAX_NODES, max_clients=MAX_CLIENTS, check=check,
-        refused={"delay": "its proxy is a lockcheck program, and the node image has no "
-                          "lockcheck in it"},
-        notes={"partition": "iptables in the run's chain inside each container",
-               "kill": "SIGKILL of the server's PID inside its container",
-               "pause": "SIGSTOP of the server's PID inside its container",
-               "clock": "libfaketime inside the container: containers share this "
-                        "machine's clock, which is never moved"})
+PROVIDER = Provider(
+    name="docker",
+    description="a container per node on a Docker network lockcheck creates; clients "
+                "in namespaces of this machine on that network's bridge",
+    make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
+    max_nodes=MAX_NODES, max_clients=MAX_CLIENTS, check=check,
+    refused={"delay": "its proxy is a lockcheck program, and the node image has no "
+                      "lockcheck in it"},
+    notes={"partition": "iptables in the run's chain inside each container",
+           "kill": "SIGKILL of the server's PID inside its container",
+           "pause": "SIGSTOP of the server's PID inside its container",
+           "clock": "libfaketime inside the container: containers share this "
+                    "machine's clock, which is never moved"})
 
 
 # -- doctor -----------------------------------------------------------------------------

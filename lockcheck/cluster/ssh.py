@@ -47,6 +47,7 @@ from lockcheck.cluster.netns import LocalNode, destroy, new_run_id
 from lockcheck.cluster.node import pid_start_time
 from lockcheck.cluster.nodes_file import HOST_KEYS, Host, NodesFile
 from lockcheck.cluster.nodes_file import load as load_nodes_file
+from lockcheck.cluster.providers import ClusterRequest, Provider
 from lockcheck.cluster.remote import (
     RemoteNode,
     in_parallel,
@@ -59,7 +60,6 @@ from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 if TYPE_CHECKING:
-    from lockcheck.cluster.providers import ClusterRequest, Provider
     from lockcheck.spec import TestSpec
 
 log = logging.getLogger("lockcheck")
@@ -663,20 +663,17 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
 NEEDS_CLIENT_NAMESPACES = ("partition-clients",)
 
 
-def provider() -> Provider:
-    from lockcheck.cluster.providers import Provider
-
-    return Provider(
-        name="ssh",
-        description="hosts from --nodes-file over SSH (real machines or VMs, as Jepsen's "
-                    "DB nodes); clients on this machine",
-        make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
-        max_nodes=100, max_clients=150, check=check,
-        refused={"delay": "its proxy is a lockcheck program, which the hosts do not have"},
-        notes={"partition": "iptables in the run's chain on each host; clients are cut "
-                            "too only with client namespaces (`clients:` in the nodes "
-                            "file), else partitions cut between nodes",
-               "kill": "SIGKILL of the server's PID on its host",
-               "pause": "SIGSTOP of the server's PID on its host",
-               "clock": "the host's own clock (date -s, reset at heal) on hosts of their "
-                        "own; never on a host that is this machine"})
+PROVIDER = Provider(
+    name="ssh",
+    description="hosts from --nodes-file over SSH (real machines or VMs, as Jepsen's "
+                "DB nodes); clients on this machine",
+    make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
+    max_nodes=100, max_clients=150, check=check,
+    refused={"delay": "its proxy is a lockcheck program, which the hosts do not have"},
+    notes={"partition": "iptables in the run's chain on each host; clients are cut "
+                        "too only with client namespaces (`clients:` in the nodes "
+                        "file), else partitions cut between nodes",
+           "kill": "SIGKILL of the server's PID on its host",
+           "pause": "SIGSTOP of the server's PID on its host",
+           "clock": "the host's own clock (date -s, reset at heal) on hosts of their "
+                    "own; never on a host that is this machine"})
