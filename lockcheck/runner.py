@@ -85,7 +85,8 @@ class Plan:
     client: ResolvedClient | None = None  # `--client`: run instead of the backend's
 
 
-def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan:
+def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None, *,
+         command: str = "lockcheck test") -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
@@ -93,7 +94,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     check_supported(spec.nemesis, db, b.name, spec)
     why = p.prerequisites()
     if why is not None:
-        raise BadInput(f"lockcheck test {why}")
+        raise BadInput(f"{command} {why}")
     # the databases find their programs (and versions) on the controller, whatever
     # the provider: the docker image and the ssh provider's apt step put the same
     # Debian packages at the same paths on the nodes
@@ -105,6 +106,18 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     prepare_db(spec.nemesis, db, spec)
     client = resolve_client(spec.client, b.name) if spec.client is not None else None
     return Plan(spec, b, w, p, db, client)
+
+
+def cluster_request(p: Plan, registry: Registry, *, kind: str = "test",
+                    clients: int | None = None,
+                    say: Callable[[str], None] = lambda line: None) -> ClusterRequest:
+    """What the plan asks of its provider: a client host per worker unless told (one
+    more would be wasted: the recovery worker shares c0's)."""
+    spec = p.spec
+    return ClusterRequest(
+        nodes=spec.nodes, clients=spec.concurrency if clients is None else clients,
+        registry=registry, subnet=spec.subnet, kind=kind, options=spec.provider_options,
+        packages=debian_packages(p.backend.binaries), say=say)
 
 
 def check_fault_prerequisites(spec: TestSpec) -> None:
@@ -350,13 +363,7 @@ class Run:
         store.write_json(self.run_dir / store.TEST, t)
 
     def start_cluster(self) -> None:
-        spec = self.spec
-        # one client host more than workers would be wasted: the recovery worker
-        # shares c0's
-        cluster = self.p.provider.make(ClusterRequest(
-            nodes=spec.nodes, clients=spec.concurrency, registry=self.registry,
-            subnet=spec.subnet, kind="test", options=spec.provider_options,
-            packages=debian_packages(self.p.backend.binaries), say=self.say))
+        cluster = self.p.provider.make(cluster_request(self.p, self.registry, say=self.say))
         self.cluster = cluster
         self.teardown.push("remove cluster", self.remove_cluster)
         t = time.monotonic()

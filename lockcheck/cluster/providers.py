@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.cluster.api import Cluster
@@ -19,6 +20,7 @@ from lockcheck.errors import BadInput
 from lockcheck.registry import load
 
 if TYPE_CHECKING:
+    from lockcheck.preflight import Finding
     from lockcheck.spec import TestSpec
 
 
@@ -36,6 +38,22 @@ class ClusterRequest:
     # Debian packages the servers need, for providers that install them on the nodes
     packages: tuple[str, ...] = ()
     say: Callable[[str], None] = lambda line: None  # a line for the user (a new host key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderOption:
+    """A command-line option of one provider. `lockcheck test`, `cluster up` and `doctor`
+    offer it; its value reaches the provider as `ClusterRequest.options[key]` (and
+    `TestSpec.provider_options`)."""
+
+    flag: str  # "--nodes-file"
+    help: str
+    is_flag: bool = False
+    path: bool = False  # a file: passed on as an absolute path
+
+    @property
+    def key(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +78,11 @@ class Provider:
     refused: Mapping[str, str] = field(default_factory=dict)
     # nemesis -> how this provider does it where that differs from the local provider
     notes: Mapping[str, str] = field(default_factory=dict)
+    options: tuple[ProviderOption, ...] = ()
+    # `lockcheck doctor`: what this provider needs on this machine, given its options;
+    # `asked` when the user named it (--provider), else only what is worth showing
+    # anyway (findings marked optional do not fail the doctor)
+    doctor: Callable[[Mapping[str, Any], bool], list[Finding]] = lambda options, asked: []
 
 
 PROVIDERS: dict[str, str] = {
@@ -80,6 +103,22 @@ def provider(name: str) -> Provider:
 
 def all_providers() -> list[Provider]:
     return [provider(name) for name in PROVIDERS]
+
+
+def provider_options(given: Mapping[str, Any], name: str | None) -> dict[str, Any]:
+    """The providers' options the user gave (by key; None or False: not given), as the
+    options of provider `name`: one that belongs to another provider is refused with
+    one line. With no name (`doctor` without --provider) each goes to its own."""
+    out: dict[str, Any] = {}
+    for p in all_providers():
+        for opt in p.options:
+            value = given.get(opt.key)
+            if value is None or value is False:
+                continue
+            if name is not None and p.name != name:
+                raise BadInput(f"{opt.flag} is an option of --provider {p.name}")
+            out[opt.key] = str(Path(value).resolve()) if opt.path else value
+    return out
 
 
 def check_provider(p: Provider, spec: TestSpec,

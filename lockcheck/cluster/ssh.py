@@ -47,7 +47,7 @@ from lockcheck.cluster.netns import LocalNode, destroy, new_run_id
 from lockcheck.cluster.node import pid_start_time
 from lockcheck.cluster.nodes_file import HOST_KEYS, Host, NodesFile
 from lockcheck.cluster.nodes_file import load as load_nodes_file
-from lockcheck.cluster.providers import ClusterRequest, Provider
+from lockcheck.cluster.providers import ClusterRequest, Provider, ProviderOption
 from lockcheck.cluster.remote import (
     RemoteNode,
     in_parallel,
@@ -60,6 +60,7 @@ from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 if TYPE_CHECKING:
+    from lockcheck.preflight import Finding
     from lockcheck.spec import TestSpec
 
 log = logging.getLogger("lockcheck")
@@ -626,7 +627,19 @@ def can_log_in(host: Host, keys: HostKeys, timeout: float) -> None:
         shell.client.close()  # no session was opened: nothing to remove there
 
 
-def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
+def doctor(options: Mapping[str, Any], asked: bool) -> list[Finding]:
+    """`lockcheck doctor`: each host of the nodes file (not asked for: only if given)."""
+    from lockcheck.preflight import Finding
+
+    if not asked and not options.get("nodes_file"):
+        return []
+    if not options.get("nodes_file"):
+        raise BadInput("lockcheck doctor --provider ssh needs --nodes-file")
+    return [Finding(w, ok, d, fix) for w, ok, d, fix in doctor_findings(
+        str(options["nodes_file"]), accept_new=bool(options.get("accept_new_host_keys")))]
+
+
+def doctor_findings(path: str, accept_new: bool = False) -> list[tuple[str, bool, str, str]]:
     """(what, ok, detail, fix) per host of a nodes file: login, root, packages."""
     from lockcheck.backends import BACKENDS
     from lockcheck.preflight import debian_packages
@@ -634,7 +647,7 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
     nf = load_nodes_file(path)
     wanted = list(dict.fromkeys([*BASE_PACKAGES, *debian_packages(
         [b for be in BACKENDS.values() for b in be.binaries])]))
-    keys = HostKeys(nf.known_hosts, False, print)
+    keys = HostKeys(nf.known_hosts, accept_new, print)
 
     def one(h: Host) -> tuple[str, bool, str, str]:
         what = f"ssh {h.name}"
@@ -668,7 +681,14 @@ PROVIDER = Provider(
     description="hosts from --nodes-file over SSH (real machines or VMs, as Jepsen's "
                 "DB nodes); clients on this machine",
     make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
-    max_nodes=100, max_clients=150, check=check,
+    max_nodes=100, max_clients=150, check=check, doctor=doctor,
+    options=(
+        ProviderOption(flag="--nodes-file", path=True,
+                       help="the hosts and how to log in to them (YAML or JSON)."),
+        ProviderOption(flag="--accept-new-host-keys", is_flag=True,
+                       help="add the keys of hosts not in known_hosts yet, and say so "
+                            "(a changed key is always refused)."),
+    ),
     refused={"delay": "its proxy is a lockcheck program, which the hosts do not have"},
     notes={"partition": "iptables in the run's chain on each host; clients are cut "
                         "too only with client namespaces (`clients:` in the nodes "

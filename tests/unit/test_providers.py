@@ -154,6 +154,24 @@ def test_every_provider_is_registered_and_names_its_faults() -> None:
     assert "docker" in text and "ssh" in text and "iptables in the run's chain" in text
 
 
+def test_a_providers_options_go_to_it_alone(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcheck.cluster.providers import provider_options
+
+    nf = write(tmp_path, "n.json", "{}")
+    monkeypatch.chdir(tmp_path)
+    given = {"nodes_file": "n.json", "accept_new_host_keys": True, "image": None}
+    assert provider_options(given, "ssh") == {"nodes_file": str(nf.resolve()),
+                                              "accept_new_host_keys": True}
+    assert provider_options({"image": "mine"}, "docker") == {"image": "mine"}
+    assert provider_options({"accept_new_host_keys": False}, "local") == {}
+    with pytest.raises(BadInput, match=r"^--image is an option of --provider docker$"):
+        provider_options({"image": "mine"}, "ssh")
+    # `doctor` without --provider: each option goes to its own provider
+    assert provider_options({"image": "mine", "nodes_file": str(nf)}, None) == {
+        "image": "mine", "nodes_file": str(nf.resolve())}
+
+
 def test_ssh_without_client_namespaces_refuses_a_partition_with_nothing_to_cut(
         tmp_path: Path) -> None:
     nf = write(tmp_path, "n.json", json.dumps({"hosts": [{"address": "10.0.0.1"}]}))
