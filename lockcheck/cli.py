@@ -23,7 +23,7 @@ from lockcheck.history import HistoryError
 from lockcheck.syspath import add_system_dirs
 
 if TYPE_CHECKING:
-    from lockcheck.cluster.state import Registry
+    from lockcheck.cluster.state import Registry, RunState
 
 
 def fail(message: str, code: int = exitcodes.BAD_INPUT) -> NoReturn:
@@ -551,17 +551,21 @@ def cluster_up(ctx: click.Context, **o: Any) -> int:
         click.echo(f"  {node:4} {addr:15} {where}  {svc.get('service', 'client')}"
                    + (f" :{svc['port']}" if "port" in svc else ""))
     click.echo(f"client config: {json.dumps(p.db.client_config())}")
-    click.echo("remove it with: lockcheck cluster down")
+    click.echo(f"remove it with: lockcheck cluster down {c.run_id}")
     return 0
 
 
 @cluster.command("down")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @click.option("--forget", "forget", multiple=True, metavar="RUN_ID",
               help="Drop this run's registry entry without cleaning it (its hosts are "
                    "gone for good: an ssh host that no longer exists).")
 @click.pass_context
-def cluster_down(ctx: click.Context, forget: tuple[str, ...]) -> int:
-    """Remove every lockcheck cluster, and the leftovers of killed runs."""
+def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str, ...]) -> int:
+    """Remove every lockcheck cluster, and the leftovers of killed runs.
+
+    Given run ids, remove only those clusters (left running by `cluster up` or
+    --leave-running), and nothing of anyone else's."""
     from lockcheck.cluster.providers import all_providers
     from lockcheck.preflight import is_root
 
@@ -569,6 +573,12 @@ def cluster_down(ctx: click.Context, forget: tuple[str, ...]) -> int:
         raise BadInput("lockcheck cluster down needs root")
     reg = registry(ctx)
     known = {s.run_id: s for s in reg.all()}
+    if run_ids:
+        for rid in run_ids:
+            if rid not in known:
+                raise BadInput(f"{rid}: no such run in the registry (see: lockcheck cluster "
+                               "status)")
+        return remove_clusters(reg, [known[rid] for rid in run_ids])
     for rid in forget:
         st = known.get(rid)
         if st is None:
@@ -594,6 +604,24 @@ def cluster_down(ctx: click.Context, forget: tuple[str, ...]) -> int:
     for problem in problems:
         click.echo(f"lockcheck: could not remove everything: {problem}", err=True)
     return exitcodes.BAD_INPUT if problems else 0
+
+
+def remove_clusters(reg: Registry, kept: list[RunState]) -> int:
+    """`cluster down RUN_ID...`: those clusters only (no reaping, which would look at
+    every run on the machine)."""
+    from lockcheck.cluster.providers import provider
+    from lockcheck.cluster.state import Selection
+
+    for st in kept:
+        if st.kind != "cluster":
+            raise BadInput(f"{st.run_id}: a test run, not a cluster left running (`lockcheck "
+                           "cluster down` without run ids removes what a dead one left)")
+    view = Selection(reg, [st.run_id for st in kept])
+    removed: list[str] = []
+    for name in dict.fromkeys(st.provider for st in kept):
+        removed += provider(name).remove_kept(view)
+    click.echo(f"removed: {', '.join(removed) if removed else 'nothing'}")
+    return 0
 
 
 @cluster.command("status")

@@ -323,6 +323,43 @@ def test_cluster_down_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "needs root" in one_error_line(r)
 
 
+def test_cluster_down_with_run_ids_removes_those_clusters_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import dataclasses
+
+    import lockcheck.preflight as preflight
+    from lockcheck.cluster import providers
+    from lockcheck.cluster.state import Registry, RunState
+
+    seen: list[list[str]] = []
+
+    def remove_kept(reg: Registry) -> list[str]:
+        kept = [st.run_id for st in reg.all() if st.kind == "cluster"]
+        seen.append(kept)
+        return kept
+
+    fake = dataclasses.replace(providers.provider("local"), name="fake",
+                               remove_kept=remove_kept)
+    monkeypatch.setattr(providers, "provider", lambda name: fake)
+    monkeypatch.setattr(preflight, "is_root", lambda: True)
+    reg = Registry(tmp_path)
+    for rid, kind in (("aaa111", "cluster"), ("bbb222", "cluster"), ("ccc333", "test")):
+        reg.save(RunState(rid, kind, 1, None, "", "", "", provider="fake"))
+
+    def down(*ids: str) -> Result:
+        return CliRunner().invoke(main, ["cluster", "down", *ids], obj=reg,
+                                  catch_exceptions=False)
+
+    r = down("bbb222")
+    assert r.exit_code == 0 and r.stdout.strip() == "removed: bbb222"
+    assert seen == [["bbb222"]]
+    r = down("ccc333")
+    assert r.exit_code == exitcodes.BAD_INPUT and "a test run" in one_error_line(r)
+    r = down("zzz999")
+    assert r.exit_code == exitcodes.BAD_INPUT and "no such run" in one_error_line(r)
+    assert seen == [["bbb222"]]
+
+
 def test_cluster_status_with_no_clusters(tmp_path: Path) -> None:
     from lockcheck.cluster.state import Registry
 
