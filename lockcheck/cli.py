@@ -547,7 +547,7 @@ def cluster_up(ctx: click.Context, **o: Any) -> int:
                                                  f" ({name})") + ":")
     for node, addr in info.get("hosts", {}).items():
         svc = services.get(node, {})
-        where = f"netns lc-{c.run_id}-{node}" if name == "local" else name
+        where = p.provider.place.format(run_id=c.run_id, node=node) or name
         click.echo(f"  {node:4} {addr:15} {where}  {svc.get('service', 'client')}"
                    + (f" :{svc['port']}" if "port" in svc else ""))
     click.echo(f"client config: {json.dumps(p.db.client_config())}")
@@ -629,8 +629,12 @@ def remove_clusters(reg: Registry, kept: list[RunState]) -> int:
 def cluster_status(ctx: click.Context) -> int:
     """List lockcheck clusters and runs on this machine."""
     from lockcheck.cluster.node import pid_alive
+    from lockcheck.cluster.providers import PROVIDERS, provider
 
     states = registry(ctx).all()
+    # a PID of a container or a remote host means nothing here
+    pids_here = {st.provider for st in states
+                 if st.provider in PROVIDERS and provider(st.provider).pids_here}
     if not states:
         click.echo("no lockcheck clusters")
     for st in states:
@@ -641,8 +645,7 @@ def cluster_status(ctx: click.Context) -> int:
         for name, addr in st.nodes.items():
             svc = st.services.get(name, {})
             pid = svc.get("pid")
-            # a PID of a container or a remote host means nothing here
-            alive = "" if pid is None or st.provider != "local" else (
+            alive = "" if pid is None or st.provider not in pids_here else (
                 " up" if pid_alive(int(str(pid))) else " down")
             click.echo(f"  {name:4} {addr:15} {svc.get('service', '')}{alive}")
     return 0

@@ -459,5 +459,5 @@ PROVIDER = Provider(
     description="network namespaces on a bridge of this machine (the default)",
     make=_make, reap=cleanup_leftovers, remove_kept=remove_kept,
     prerequisites=prerequisites, max_nodes=MAX_NODES, max_clients=MAX_CLIENTS,
-    check_subnet=check_subnet,
+    check_subnet=check_subnet, place="netns lc-{run_id}-{node}", pids_here=True,
 )

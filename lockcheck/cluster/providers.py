@@ -79,6 +79,11 @@ class Provider:
     # nemesis -> how this provider does it where that differs from the local provider
     notes: Mapping[str, str] = field(default_factory=dict)
     options: tuple[ProviderOption, ...] = ()
+    # where `cluster up` says a node runs ("{run_id}" and "{node}" filled in); "": the
+    # provider's name
+    place: str = ""
+    # the PIDs it registers are this machine's: `cluster status` can tell them up or down
+    pids_here: bool = False
     # `lockcheck doctor`: what this provider needs on this machine, given its options;
     # `asked` when the user named it (--provider), else only what is worth showing
     # anyway (findings marked optional do not fail the doctor)
