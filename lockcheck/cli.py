@@ -291,13 +291,22 @@ def render_provider_faults() -> str:
     return render_providers()
 
 
-@main.command()
+def with_models_and_formats(cmd: click.Command) -> None:
+    """`check`'s --model and --format: what the checkers know."""
+    from lockcheck.checker.external import ENGINE_MODELS, FORMATS
+    from lockcheck.checker.registry import CHECKERS
+
+    for param in cmd.params:
+        if param.name == "model" and isinstance(param, click.Option):
+            param.help = f"{', '.join(ENGINE_MODELS)}, or a checker: {', '.join(CHECKERS)}."
+        if param.name == "fmt" and isinstance(param, click.Option):
+            param.help = f"{', '.join(FORMATS)} [default: by file]."
+
+
+@main.command(cls=Command, complete=with_models_and_formats)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--model", default=None,
-              help="mutex, fenced-mutex, cas-register, register, multi-register, kv, or a "
-                   "checker name.")
-@click.option("--format", "fmt", default=None,
-              help="lockcheck, jepsen-edn, porcupine-etcd, porcupine-kv [default: by file].")
+@click.option("--model", default=None, help="A model or a checker.")
+@click.option("--format", "fmt", default=None, help="The history's format.")
 @click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per path on stdout.")
 @click.option("--html", "html_dir", type=click.Path(path_type=Path), default=None,

@@ -387,6 +387,14 @@ def test_help_lists_what_the_registries_hold() -> None:
             assert f"{o.flag} " in text and flat(f"{p.name}: {o.help}") in text
     assert "redis, redlock, etcd, redis-sentinel, postgres, zookeeper" in text
 
+    from lockcheck.checker.external import ENGINE_MODELS, FORMATS
+    from lockcheck.checker.registry import CHECKERS
+
+    text = flat(run("check", "--help").stdout)
+    assert f"--model TEXT {', '.join(ENGINE_MODELS)}, or a checker: {', '.join(CHECKERS)}." \
+        in text
+    assert f"--format TEXT {', '.join(FORMATS)} [default: by file]." in text
+
 
 def test_a_new_registry_entry_shows_in_the_help(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
