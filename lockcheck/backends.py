@@ -6,19 +6,20 @@ and the Debian package of each (`servers`), and the client library on PyPI with 
 extras. `preflight` (doctor, the one-line refusal, the ssh provider's apt-get) reads
 them; `tests/unit/test_backend_definitions.py` checks that the node image, the
 installer, pyproject.toml and the docs agree. Factories are named as "module:attr"
-strings so that this table imports nothing heavy: a client worker loads only its own
-client library, and the controller only the database it runs.
+strings (`lockcheck/registry.py`) so that this table imports nothing heavy: a client
+worker loads only its own client library, and the controller only the database it
+runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.errors import BadInput
+from lockcheck.registry import load
 
 if TYPE_CHECKING:
     from lockcheck.cluster.api import DB
@@ -79,12 +80,6 @@ class Backend:
             return importlib.metadata.version(self.library)
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
-
-
-def load(dotted: str) -> Any:
-    """`"package.module:attr"` -> the attribute."""
-    module, _, attr = dotted.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def _redis(**kw: Any) -> Backend:

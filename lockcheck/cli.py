@@ -11,8 +11,9 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -20,6 +21,9 @@ from lockcheck import __version__, exitcodes
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError
 from lockcheck.syspath import add_system_dirs
+
+if TYPE_CHECKING:
+    from lockcheck.cluster.state import Registry, RunState
 
 
 def fail(message: str, code: int = exitcodes.BAD_INPUT) -> NoReturn:
@@ -53,36 +57,83 @@ class Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def provider_options(f: Any) -> Any:
-    """The options of the docker and ssh providers, shared by `test` and `cluster up`."""
-    f = click.option("--image", default=None,
-                     help="docker: the node image [default: lockcheck-node:bookworm].")(f)
-    f = click.option("--accept-new-host-keys", is_flag=True,
-                     help="ssh: add the keys of hosts not in known_hosts yet, and say so "
-                          "(a changed key is always refused).")(f)
-    f = click.option("--nodes-file", default=None, type=click.Path(),
-                     help="ssh: the hosts and how to log in to them (YAML or JSON).")(f)
-    return f
+class Command(click.Command):
+    """A command whose options or help come in part from the registries: each
+    provider's own options, the names and descriptions of the backends, workloads,
+    faults and providers. `complete` fills them in when the command parses its
+    arguments or shows its help, so that `lockcheck --help` loads no registry."""
+
+    def __init__(self, *args: Any, complete: Callable[[click.Command], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.complete = complete
+
+    def completed(self) -> list[click.Parameter]:
+        if self.complete is not None:
+            complete, self.complete = self.complete, None
+            complete(self)
+        return self.params
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        self.completed()
+        return super().get_params(ctx)
 
 
-def gather_provider_options(o: dict[str, Any]) -> dict[str, Any]:
-    """Take the providers' options out of `o`, as TestSpec.provider_options."""
-    out: dict[str, Any] = {}
-    nodes_file, accept, image = o.pop("nodes_file"), o.pop("accept_new_host_keys"), o.pop("image")
-    provider = o["provider"]
-    if nodes_file is not None:
-        if provider != "ssh":
-            raise BadInput("--nodes-file is an option of --provider ssh")
-        out["nodes_file"] = str(Path(nodes_file).resolve())
-    if accept:
-        if provider != "ssh":
-            raise BadInput("--accept-new-host-keys is an option of --provider ssh")
-        out["accept_new_host_keys"] = True
-    if image is not None:
-        if provider != "docker":
-            raise BadInput("--image is an option of --provider docker")
-        out["image"] = image
-    return out
+def registry(ctx: click.Context) -> Registry:
+    """The run registry of this invocation: one, made when first needed (a caller may
+    pass its own as the context's `obj`)."""
+    root = ctx.find_root()
+    if root.obj is None:
+        from lockcheck.cluster.state import Registry
+
+        root.obj = Registry()
+    reg: Registry = root.obj
+    return reg
+
+
+def with_registries(cmd: click.Command) -> None:
+    """Each provider's own options after --provider, and the help of the options that
+    name a backend, workload, fault or provider, from their registries."""
+    from lockcheck.cluster.providers import all_providers
+
+    providers = all_providers()
+    at = next(i for i, p in enumerate(cmd.params) if p.name == "provider") + 1
+    cmd.params[at:at] = [
+        click.Option([o.flag], is_flag=o.is_flag, default=False if o.is_flag else None,
+                     type=click.Path() if o.path else None, help=f"{p.name}: {o.help}")
+        for p in providers for o in p.options]
+    choices = choices_help()
+    for param in cmd.params:
+        if isinstance(param, click.Option) and param.name in choices:
+            param.help = f"{param.help or ''}\n\n{choices[param.name]}"
+
+
+def choices_help() -> dict[str, str]:
+    """What the registries hold, for the help of the options that choose from them:
+    one paragraph a choice."""
+    from lockcheck.backends import BACKENDS
+    from lockcheck.cluster.providers import all_providers
+    from lockcheck.nemesis.registry import NEMESES
+    from lockcheck.workloads.registry import WORKLOADS
+
+    def listing(entries: list[tuple[str, str]]) -> str:
+        return "\n\n".join(f"{name}: {what}" for name, what in entries)
+
+    families = ", ".join(dict.fromkeys(b.family for b in BACKENDS.values()))
+    return {
+        "backend": f"{families} and their variants: {len(BACKENDS)} backends, each "
+                   "described by `lockcheck backends`.",
+        "workload": listing([(w.name, w.description) for w in WORKLOADS.values()]),
+        "nemesis": listing([(n.name, n.description) for n in NEMESES.values()]),
+        "provider": listing([(p.name, p.description) for p in all_providers()]),
+    }
+
+
+def given_provider_options(o: dict[str, Any], provider: str | None) -> dict[str, Any]:
+    """The providers' options given on the command line, as `TestSpec.provider_options`."""
+    from lockcheck.cluster.providers import provider_options
+
+    return provider_options(o, provider)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,23 +143,17 @@ def main() -> None:
     add_system_dirs(os.environ)  # root's tools, also from a cleared environment
 
 
-@main.command()
-@click.option("--backend", default="redis", show_default=True,
-              help="Lock service and client (see: lockcheck backends).")
+@main.command(cls=Command, complete=with_registries)
+@click.option("--backend", default="redis", show_default=True, help="Lock service and client.")
 @click.option("--client", default=None,
               help="Run this lock client against the backend's servers instead of its "
                    "own: a shipped adapter (see: lockcheck backends) or your factory, "
                    "MODULE:FACTORY or path/to/file.py:FACTORY (docs/your-own-lock.md).")
-@click.option("--workload", default="mutex", show_default=True,
-              help="mutex (acquire/hold/release), fenced (also write to a fenced "
-                   "resource), lock-set (read, hold, write back to an unprotected set) or "
-                   "settlement (a payment per merchant-day in PostgreSQL).")
+@click.option("--workload", default="mutex", show_default=True, help="What the clients do.")
 @click.option("--nemesis", default="partition", show_default=True,
-              help="none, or faults (see: lockcheck backends), comma-separated.")
-@click.option("--provider", default="local", show_default=True,
-              help="Where the nodes run: local (network namespaces on this machine), "
-                   "docker (containers), ssh (hosts of --nodes-file).")
-@provider_options
+              help="none, or faults, comma-separated (which backend takes which: "
+                   "lockcheck backends).")
+@click.option("--provider", default="local", show_default=True, help="Where the nodes run.")
 @click.option("--nodes", type=int, default=None, help="Server nodes [default: per backend].")
 @click.option("--concurrency", type=int, default=5, show_default=True,
               help="Client worker processes, each in its own namespace.")
@@ -169,7 +214,8 @@ def main() -> None:
 @click.option("--no-report", is_flag=True,
               help="Write no report.html at the end (`lockcheck check` or `compare` writes "
                    "it later); saves the plotting time in a long matrix.")
-def test(**o: Any) -> int:
+@click.pass_context
+def test(ctx: click.Context, **o: Any) -> int:
     """Run a test: cluster up, clients and faults, then check the history."""
     import random
 
@@ -181,7 +227,7 @@ def test(**o: Any) -> int:
 
     b = backend(o["backend"])
     nemesis = parse_nemesis(o["nemesis"])
-    provider_opts = gather_provider_options(o)
+    provider_opts = given_provider_options(o, o["provider"])
     hold = parse_hold(o["hold_ms"])
     if o["test_count"] < 1:
         raise BadInput("--test-count must be at least 1")
@@ -208,7 +254,7 @@ def test(**o: Any) -> int:
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             report=not o["no_report"],
             subnet=o["subnet"])
-        outcome = run_test(spec)
+        outcome = run_test(spec, registry=registry(ctx))
         if outcome.interrupted:
             return exitcodes.INTERRUPTED
         if outcome.failure is not None and outcome.valid is not False:
@@ -245,13 +291,22 @@ def render_provider_faults() -> str:
     return render_providers()
 
 
-@main.command()
+def with_models_and_formats(cmd: click.Command) -> None:
+    """`check`'s --model and --format: what the checkers know."""
+    from lockcheck.checker.external import ENGINE_MODELS, FORMATS
+    from lockcheck.checker.registry import CHECKERS
+
+    for param in cmd.params:
+        if param.name == "model" and isinstance(param, click.Option):
+            param.help = f"{', '.join(ENGINE_MODELS)}, or a checker: {', '.join(CHECKERS)}."
+        if param.name == "fmt" and isinstance(param, click.Option):
+            param.help = f"{', '.join(FORMATS)} [default: by file]."
+
+
+@main.command(cls=Command, complete=with_models_and_formats)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--model", default=None,
-              help="mutex, fenced-mutex, cas-register, register, multi-register, kv, or a "
-                   "checker name.")
-@click.option("--format", "fmt", default=None,
-              help="lockcheck, jepsen-edn, porcupine-etcd, porcupine-kv [default: by file].")
+@click.option("--model", default=None, help="A model or a checker.")
+@click.option("--format", "fmt", default=None, help="The history's format.")
 @click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per path on stdout.")
 @click.option("--html", "html_dir", type=click.Path(path_type=Path), default=None,
@@ -308,18 +363,23 @@ NOT_PASSED_THROUGH = frozenset({"backend", "workload", "nemesis", "test_count", 
                                 "results_dir", "leave_running", "subnet", "seed"})
 
 
-def _pass_through_options(f: Any) -> Any:
-    for p in reversed(test.params):
-        if isinstance(p, click.Option) and p.name not in NOT_PASSED_THROUGH:
-            f = click.option(*p.opts, p.name, type=None if p.is_flag else p.type,
-                             is_flag=p.is_flag, default=None,
-                             help=f"Passed to each test: {p.help or ''}")(f)
-    return f
+def test_params() -> list[click.Parameter]:
+    assert isinstance(test, Command)
+    return test.completed()
+
+
+def with_pass_through_options(cmd: click.Command) -> None:
+    cmd.params += [
+        click.Option([*p.opts, *([p.name] if p.name else [])],
+                     type=None if p.is_flag else p.type, is_flag=p.is_flag, default=None,
+                     help=f"Passed to each test: {p.help or ''}")
+        for p in test_params()
+        if isinstance(p, click.Option) and p.name not in NOT_PASSED_THROUGH]
 
 
 def _pass_through_args(o: dict[str, Any]) -> list[str]:
     args: list[str] = []
-    for p in test.params:
+    for p in test_params():
         if not isinstance(p, click.Option) or p.name in NOT_PASSED_THROUGH:
             continue
         v = o.get(p.name or "")
@@ -329,7 +389,7 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
     return args
 
 
-@main.command("test-all")
+@main.command("test-all", cls=Command, complete=with_pass_through_options)
 @click.option("--backends", multiple=True,
               help="Backends, space- or comma-separated, or repeated [default: every one].")
 @click.option("--nemeses", multiple=True,
@@ -350,7 +410,6 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
 @click.option("--cell-timeout", type=float, default=None,
               help="Stop a run that takes longer than this many seconds "
                    "[default: 2 x time limit + 300].")
-@_pass_through_options
 def test_all(**o: Any) -> int:
     """Run a matrix of tests (backends x workloads x nemeses), one after another.
 
@@ -451,77 +510,84 @@ def cluster() -> None:
     """Bring a cluster up or down by hand, for debugging."""
 
 
-@cluster.command("up")
-@click.option("--backend", default="redis", show_default=True)
+@cluster.command("up", cls=Command, complete=with_registries)
+@click.option("--backend", default="redis", show_default=True, help="Lock service and client.")
 @click.option("--nodes", type=int, default=None)
 @click.option("--clients", type=int, default=1, show_default=True,
               help="Client namespaces to create as well.")
-@click.option("--provider", default="local", show_default=True,
-              help="local, docker or ssh (with --nodes-file).")
-@provider_options
+@click.option("--provider", default="local", show_default=True, help="Where the nodes run.")
 @click.option("--subnet", default=None)
-def cluster_up(**o: Any) -> int:
+@click.pass_context
+def cluster_up(ctx: click.Context, **o: Any) -> int:
     """Start nodes and servers and leave them running."""
     from lockcheck.backends import backend as find_backend
-    from lockcheck.cluster.providers import ClusterRequest, check_provider
-    from lockcheck.cluster.providers import provider as find_provider
-    from lockcheck.cluster.state import Registry
-    from lockcheck.preflight import debian_packages, require_binaries
-    from lockcheck.spec import TestSpec, validate
+    from lockcheck.runner import Teardown, cluster_request, no_interrupts, plan
+    from lockcheck.spec import TestSpec
 
-    options = gather_provider_options(o)
-    b, p = find_backend(o["backend"]), find_provider(o["provider"])
-    clients, subnet = o["clients"], o["subnet"]
-    why = p.prerequisites()
-    if why is not None:
-        raise BadInput(f"lockcheck cluster up {why}")
-    require_binaries(b.binaries)
-    spec = validate(TestSpec(backend=b.name, provider=p.name, nodes=o["nodes"] or b.default_nodes,
-                             concurrency=max(1, clients), nemesis=(), subnet=subnet,
-                             provider_options=options))
-    check_provider(p, spec, lambda line: click.echo(line, err=True))
-    db = b.make_db(spec)
-    c = p.make(ClusterRequest(nodes=spec.nodes, clients=clients, registry=Registry(),
-                              subnet=subnet, kind="cluster", options=options,
-                              packages=debian_packages(b.binaries),
-                              say=lambda line: click.echo(line, err=True)))
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    b = find_backend(o["backend"])
+    clients = o["clients"]
+    p = plan(TestSpec(backend=b.name, provider=o["provider"],
+                      nodes=o["nodes"] or b.default_nodes, concurrency=max(1, clients),
+                      nemesis=(), subnet=o["subnet"],
+                      provider_options=given_provider_options(o, o["provider"])),
+             say, command="lockcheck cluster up")
+    c = p.provider.make(cluster_request(p, registry(ctx), kind="cluster", clients=clients,
+                                        say=say))
+    undo = Teardown()
+    undo.push("remove cluster", c.down)
     try:
         c.up()
-        db.setup(c)
-        b.prepare(db, spec)
-        services = db.describe()
+        undo.push("stop servers", p.db.teardown)
+        p.db.setup(c)
+        p.backend.prepare(p.db, p.spec)
+        services = p.db.describe()
         info = c.describe()
         c.keep(services)
     except BaseException:
-        db.teardown()
-        c.down()
+        with no_interrupts():
+            undo.run()
         raise
-    on = info.get("subnet") or info.get("nodes_file") or p.name
-    click.echo(f"cluster {c.run_id} up on {on}" + ("" if p.name == "local" else
-                                                 f" ({p.name})") + ":")
-    for name, addr in info.get("hosts", {}).items():
-        svc = services.get(name, {})
-        where = f"netns lc-{c.run_id}-{name}" if p.name == "local" else p.name
-        click.echo(f"  {name:4} {addr:15} {where}  {svc.get('service', 'client')}"
+    name = p.provider.name
+    on = info.get("subnet") or info.get("nodes_file") or name
+    click.echo(f"cluster {c.run_id} up on {on}" + ("" if name == "local" else
+                                                 f" ({name})") + ":")
+    for node, addr in info.get("hosts", {}).items():
+        svc = services.get(node, {})
+        where = p.provider.place.format(run_id=c.run_id, node=node) or name
+        click.echo(f"  {node:4} {addr:15} {where}  {svc.get('service', 'client')}"
                    + (f" :{svc['port']}" if "port" in svc else ""))
-    click.echo(f"client config: {json.dumps(db.client_config())}")
-    click.echo("remove it with: lockcheck cluster down")
+    click.echo(f"client config: {json.dumps(p.db.client_config())}")
+    click.echo(f"remove it with: lockcheck cluster down {c.run_id}")
     return 0
 
 
 @cluster.command("down")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
 @click.option("--forget", "forget", multiple=True, metavar="RUN_ID",
               help="Drop this run's registry entry without cleaning it (its hosts are "
                    "gone for good: an ssh host that no longer exists).")
-def cluster_down(forget: tuple[str, ...]) -> int:
-    """Remove every lockcheck cluster, and the leftovers of killed runs."""
-    from lockcheck.cluster.providers import PROVIDERS
-    from lockcheck.cluster.state import Registry
+@click.pass_context
+def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str, ...]) -> int:
+    """Remove every lockcheck cluster, and the leftovers of killed runs.
+
+    Given run ids, remove only those clusters (left running by `cluster up` or
+    --leave-running), and nothing of anyone else's."""
+    from lockcheck.cluster.providers import all_providers
     from lockcheck.preflight import is_root
 
     if not is_root():
         raise BadInput("lockcheck cluster down needs root")
-    known = {s.run_id: s for s in Registry().all()}
+    reg = registry(ctx)
+    known = {s.run_id: s for s in reg.all()}
+    if run_ids:
+        for rid in run_ids:
+            if rid not in known:
+                raise BadInput(f"{rid}: no such run in the registry (see: lockcheck cluster "
+                               "status)")
+        return remove_clusters(reg, [known[rid] for rid in run_ids])
     for rid in forget:
         st = known.get(rid)
         if st is None:
@@ -529,15 +595,15 @@ def cluster_down(forget: tuple[str, ...]) -> int:
         if st.kind == "test" and st.owner_alive():
             raise BadInput(f"--forget {rid}: that test is still running")
     for rid in forget:
-        Registry().remove(rid)
+        reg.remove(rid)
         click.echo(f"forgot {rid}: whatever it left on its nodes stays there")
-    live = [s for s in Registry().all() if s.kind == "test" and s.owner_alive()]
+    live = [s for s in reg.all() if s.kind == "test" and s.owner_alive()]
     cleaned: list[str] = []
     problems: list[str] = []
-    for p in PROVIDERS.values():
+    for p in all_providers():
         # clusters left running on purpose are removed too; live test runs are not
         try:
-            cleaned += [r for r in p.reap(Registry()) + p.remove_kept(Registry())
+            cleaned += [r for r in p.reap(reg) + p.remove_kept(reg)
                         if r not in cleaned]
         except (BadInput, RuntimeError) as e:  # one provider's trouble: still do the rest
             problems.append(f"{p.name}: {e}")
@@ -549,13 +615,35 @@ def cluster_down(forget: tuple[str, ...]) -> int:
     return exitcodes.BAD_INPUT if problems else 0
 
 
+def remove_clusters(reg: Registry, kept: list[RunState]) -> int:
+    """`cluster down RUN_ID...`: those clusters only (no reaping, which would look at
+    every run on the machine)."""
+    from lockcheck.cluster.providers import provider
+    from lockcheck.cluster.state import Selection
+
+    for st in kept:
+        if st.kind != "cluster":
+            raise BadInput(f"{st.run_id}: a test run, not a cluster left running (`lockcheck "
+                           "cluster down` without run ids removes what a dead one left)")
+    view = Selection(reg, [st.run_id for st in kept])
+    removed: list[str] = []
+    for name in dict.fromkeys(st.provider for st in kept):
+        removed += provider(name).remove_kept(view)
+    click.echo(f"removed: {', '.join(removed) if removed else 'nothing'}")
+    return 0
+
+
 @cluster.command("status")
-def cluster_status() -> int:
+@click.pass_context
+def cluster_status(ctx: click.Context) -> int:
     """List lockcheck clusters and runs on this machine."""
     from lockcheck.cluster.node import pid_alive
-    from lockcheck.cluster.state import Registry
+    from lockcheck.cluster.providers import PROVIDERS, provider
 
-    states = Registry().all()
+    states = registry(ctx).all()
+    # a PID of a container or a remote host means nothing here
+    pids_here = {st.provider for st in states
+                 if st.provider in PROVIDERS and provider(st.provider).pids_here}
     if not states:
         click.echo("no lockcheck clusters")
     for st in states:
@@ -566,25 +654,23 @@ def cluster_status() -> int:
         for name, addr in st.nodes.items():
             svc = st.services.get(name, {})
             pid = svc.get("pid")
-            # a PID of a container or a remote host means nothing here
-            alive = "" if pid is None or st.provider != "local" else (
+            alive = "" if pid is None or st.provider not in pids_here else (
                 " up" if pid_alive(int(str(pid))) else " down")
             click.echo(f"  {name:4} {addr:15} {svc.get('service', '')}{alive}")
     return 0
 
 
-@main.command()
+@main.command(cls=Command, complete=with_registries)
 @click.option("--provider", default=None,
               help="Also check this provider: docker (daemon, image) or ssh (each host of "
                    "--nodes-file) [default: local, and docker if a daemon is there].")
-@click.option("--nodes-file", default=None, type=click.Path(),
-              help="ssh: log in to each host and check it.")
-def doctor(provider: str | None, nodes_file: str | None) -> int:
+def doctor(**o: Any) -> int:
     """Check prerequisites and say how to install what is missing."""
     from lockcheck.preflight import doctor as run_doctor
     from lockcheck.preflight import provider_findings
 
-    findings = run_doctor() + provider_findings(provider, nodes_file)
+    findings = run_doctor() + provider_findings(
+        o["provider"], given_provider_options(o, o["provider"]))
     for f in findings:
         mark = "ok " if f.ok else ("--" if f.optional else "MISSING")
         click.echo(f"{mark:8} {f.what:20} {f.detail}" + ("" if f.ok else f"  -> {f.fix}"))

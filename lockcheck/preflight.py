@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lockcheck.backends import BACKENDS
 from lockcheck.errors import BadInput
@@ -83,29 +84,14 @@ def doctor() -> list[Finding]:
     return out
 
 
-def provider_findings(name: str | None, nodes_file: str | None) -> list[Finding]:
-    """The docker and ssh providers: what each needs, checked only as far as asked
-    (`--provider`); without it, docker is looked at only if a daemon is configured,
-    as information that does not fail the doctor."""
-    from lockcheck.cluster.providers import provider
+def provider_findings(name: str | None, options: Mapping[str, Any]) -> list[Finding]:
+    """Each provider's own checks (`Provider.doctor`), as far as asked: the one named
+    with `--provider`, else every provider for what is worth showing anyway."""
+    from lockcheck.cluster.providers import all_providers, provider
 
-    out: list[Finding] = []
     if name is not None:
-        provider(name)  # an unknown name is one line
-    explicit = name == "docker"
-    if explicit or (name is None and (os.environ.get("DOCKER_HOST") or
-                                      os.path.exists("/var/run/docker.sock"))):
-        from lockcheck.cluster.containers import doctor_findings
-
-        out += [Finding(w, ok, d, fix, optional=not explicit)
-                for w, ok, d, fix in doctor_findings()]
-    if name == "ssh" or nodes_file is not None:
-        from lockcheck.cluster.ssh import doctor_findings as ssh_findings
-
-        if nodes_file is None:
-            raise BadInput("lockcheck doctor --provider ssh needs --nodes-file")
-        out += [Finding(w, ok, d, fix) for w, ok, d, fix in ssh_findings(nodes_file)]
-    return out
+        return provider(name).doctor(options, True)
+    return [f for p in all_providers() for f in p.doctor(options, False)]
 
 
 def debian_packages(binaries: Sequence[str]) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend, load
+from lockcheck.backends import Backend, backend
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
 from lockcheck.clients import ResolvedClient, probe_factory, resolve_client
@@ -46,6 +46,7 @@ from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import debian_packages, require_binaries
+from lockcheck.registry import load
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
@@ -84,7 +85,8 @@ class Plan:
     client: ResolvedClient | None = None  # `--client`: run instead of the backend's
 
 
-def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan:
+def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None, *,
+         command: str = "lockcheck test") -> Plan:
     """Resolve names and refuse, with one line, what cannot run (exit 254)."""
     spec = validate(spec)
     b, w, p = backend(spec.backend), workload(spec.workload), provider(spec.provider)
@@ -92,7 +94,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     check_supported(spec.nemesis, db, b.name, spec)
     why = p.prerequisites()
     if why is not None:
-        raise BadInput(f"lockcheck test {why}")
+        raise BadInput(f"{command} {why}")
     # the databases find their programs (and versions) on the controller, whatever
     # the provider: the docker image and the ssh provider's apt step put the same
     # Debian packages at the same paths on the nodes
@@ -104,6 +106,18 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None) -> Plan
     prepare_db(spec.nemesis, db, spec)
     client = resolve_client(spec.client, b.name) if spec.client is not None else None
     return Plan(spec, b, w, p, db, client)
+
+
+def cluster_request(p: Plan, registry: Registry, *, kind: str = "test",
+                    clients: int | None = None,
+                    say: Callable[[str], None] = lambda line: None) -> ClusterRequest:
+    """What the plan asks of its provider: a client host per worker unless told (one
+    more would be wasted: the recovery worker shares c0's)."""
+    spec = p.spec
+    return ClusterRequest(
+        nodes=spec.nodes, clients=spec.concurrency if clients is None else clients,
+        registry=registry, subnet=spec.subnet, kind=kind, options=spec.provider_options,
+        packages=debian_packages(p.backend.binaries), say=say)
 
 
 def check_fault_prerequisites(spec: TestSpec) -> None:
@@ -349,13 +363,7 @@ class Run:
         store.write_json(self.run_dir / store.TEST, t)
 
     def start_cluster(self) -> None:
-        spec = self.spec
-        # one client host more than workers would be wasted: the recovery worker
-        # shares c0's
-        cluster = self.p.provider.make(ClusterRequest(
-            nodes=spec.nodes, clients=spec.concurrency, registry=self.registry,
-            subnet=spec.subnet, kind="test", options=spec.provider_options,
-            packages=debian_packages(self.p.backend.binaries), say=self.say))
+        cluster = self.p.provider.make(cluster_request(self.p, self.registry, say=self.say))
         self.cluster = cluster
         self.teardown.push("remove cluster", self.remove_cluster)
         t = time.monotonic()
@@ -467,8 +475,6 @@ class Run:
         path, the clients' clock files), each undone after the workers stop."""
         assert self.cluster is not None
         ctx = PrepareContext(spec=self.spec, cluster=self.cluster, db=self.p.db)
-        from lockcheck.backends import load
-
         for step in prepare_steps(self.spec.nemesis):
             prepared: Prepared = load(step)(ctx)
             self.prepared[step] = prepared

@@ -48,13 +48,14 @@ from lockcheck.cluster.netns import (
     pick_subnet,
 )
 from lockcheck.cluster.node import pid_start_time
+from lockcheck.cluster.providers import ClusterRequest, Provider, ProviderOption
 from lockcheck.cluster.remote import RemoteNode, in_parallel
 from lockcheck.cluster.shell_session import PooledShell, SessionPool
 from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 if TYPE_CHECKING:
-    from lockcheck.cluster.providers import ClusterRequest, Provider
+    from lockcheck.preflight import Finding
     from lockcheck.spec import TestSpec
 
 LABEL = "lockcheck.run"
@@ -408,28 +409,23 @@ def check(spec: TestSpec, say: Callable[[str], None]) -> None:
     require_image(connect(), str(spec.provider_options.get("image", images.IMAGE)))
 
 
-def provider() -> Provider:
-    from lockcheck.cluster.providers import Provider
-
-    return Provider(
-        name="docker",
-        description="a container per node on a Docker network lockcheck creates; clients "
-                    "in namespaces of this machine on that network's bridge",
-        make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
-        max_nodes=MAX_NODES, max_clients=MAX_CLIENTS, check=check,
-        refused={"delay": "its proxy is a lockcheck program, and the node image has no "
-                          "lockcheck in it"},
-        notes={"partition": "iptables in the run's chain inside each container",
-               "kill": "SIGKILL of the server's PID inside its container",
-               "pause": "SIGSTOP of the server's PID inside its container",
-               "clock": "libfaketime inside the container: containers share this "
-                        "machine's clock, which is never moved"})
-
-
 # -- doctor -----------------------------------------------------------------------------
 
 
-def doctor_findings() -> list[tuple[str, bool, str, str]]:
+def doctor(options: Mapping[str, Any], asked: bool) -> list[Finding]:
+    """`lockcheck doctor`: the daemon and the node image. Not asked for, only where a
+    daemon is configured, as information that does not fail the doctor."""
+    from lockcheck.preflight import Finding
+
+    if not asked and not (os.environ.get("DOCKER_HOST") or
+                          os.path.exists("/var/run/docker.sock")):
+        return []
+    image = str(options.get("image", images.IMAGE))
+    return [Finding(w, ok, d, fix, optional=not asked)
+            for w, ok, d, fix in doctor_findings(image)]
+
+
+def doctor_findings(image: str = images.IMAGE) -> list[tuple[str, bool, str, str]]:
     """(what, ok, detail, fix) for `lockcheck doctor`: daemon, image."""
     try:
         client = connect()
@@ -439,13 +435,30 @@ def doctor_findings() -> list[tuple[str, bool, str, str]]:
             "start dockerd (docs/providers.md: without --iptables) or set DOCKER_HOST")]
     version = client.version().get("Version", "?")
     out = [("docker daemon", True, f"{daemon_address()} (Docker {version})", "")]
-    exists, built_from = images.image_status(client)
+    exists, built_from = images.image_status(client, image)
     if not exists:
-        out.append(("docker image", False, f"{images.IMAGE} not built",
+        out.append(("docker image", False, f"{image} not built",
                     "lockcheck images build (--base debootstrap without a registry)"))
     elif not images.up_to_date(built_from):
-        out.append(("docker image", False, f"{images.IMAGE} is older than the Dockerfile",
+        out.append(("docker image", False, f"{image} is older than the Dockerfile",
                     "lockcheck images build"))
     else:
-        out.append(("docker image", True, f"{images.IMAGE} (up to date)", ""))
+        out.append(("docker image", True, f"{image} (up to date)", ""))
     return out
+
+
+PROVIDER = Provider(
+    name="docker",
+    description="a container per node on a Docker network lockcheck creates; clients "
+                "in namespaces of this machine on that network's bridge",
+    make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
+    max_nodes=MAX_NODES, max_clients=MAX_CLIENTS, check=check, doctor=doctor,
+    options=(ProviderOption(flag="--image",
+                            help=f"the node image [default: {images.IMAGE}]."),),
+    refused={"delay": "its proxy is a lockcheck program, and the node image has no "
+                      "lockcheck in it"},
+    notes={"partition": "iptables in the run's chain inside each container",
+           "kill": "SIGKILL of the server's PID inside its container",
+           "pause": "SIGSTOP of the server's PID inside its container",
+           "clock": "libfaketime inside the container: containers share this "
+                    "machine's clock, which is never moved"})

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from lockcheck.cluster.faketime import remove_shm
 from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time, replace_file
+from lockcheck.cluster.providers import ClusterRequest, Provider
 from lockcheck.cluster.state import Registry, RunState
 from lockcheck.errors import BadInput
 
@@ -420,3 +421,43 @@ def _cleanup_leftovers(registry: Registry, include_live: bool) -> list[str]:
         if rid not in cleaned:
             cleaned.append(rid)
     return cleaned
+
+
+# -- the local provider -------------------------------------------------------------------
+
+
+def _make(req: ClusterRequest) -> LocalCluster:
+    return LocalCluster(req.nodes, req.clients, req.registry, kind=req.kind, subnet=req.subnet)
+
+
+def remove_kept(registry: Registry) -> list[str]:
+    removed = []
+    for st in registry.all():
+        if st.kind == "cluster" and st.provider == "local":
+            destroy(st, registry)
+            removed.append(st.run_id)
+    return removed
+
+
+def prerequisites() -> str | None:
+    from lockcheck.preflight import INSTALL, is_root
+
+    if not is_root():
+        return "needs root (it creates network namespaces); run it as root or with sudo"
+    for b in ("ip", "iptables"):
+        if shutil.which(b) is None:
+            return f"{b} not found; install it with: {INSTALL[b]}"
+    return None
+
+
+def check_subnet(subnet: str) -> None:
+    pick_subnet(subnet)
+
+
+PROVIDER = Provider(
+    name="local",
+    description="network namespaces on a bridge of this machine (the default)",
+    make=_make, reap=cleanup_leftovers, remove_kept=remove_kept,
+    prerequisites=prerequisites, max_nodes=MAX_NODES, max_clients=MAX_CLIENTS,
+    check_subnet=check_subnet, place="netns lc-{run_id}-{node}", pids_here=True,
+)

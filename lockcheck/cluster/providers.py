@@ -2,21 +2,25 @@
 
 `local` (network namespaces on this machine), `docker` (containers on a network
 lockcheck creates) and `ssh` (hosts listed in a nodes file). Adding one is one module
-with a `Provider` entry here; the runner and the CLI only go through this table.
+with a `PROVIDER` constant and its "module:attr" entry in `PROVIDERS`; the runner and
+the CLI only go through this table. Entries are loaded when asked for, so this module
+imports no provider: the providers import it, for `Provider`.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.cluster.api import Cluster
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
+from lockcheck.registry import load
 
 if TYPE_CHECKING:
+    from lockcheck.preflight import Finding
     from lockcheck.spec import TestSpec
 
 
@@ -34,6 +38,22 @@ class ClusterRequest:
     # Debian packages the servers need, for providers that install them on the nodes
     packages: tuple[str, ...] = ()
     say: Callable[[str], None] = lambda line: None  # a line for the user (a new host key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderOption:
+    """A command-line option of one provider. `lockcheck test`, `cluster up` and `doctor`
+    offer it; its value reaches the provider as `ClusterRequest.options[key]` (and
+    `TestSpec.provider_options`)."""
+
+    flag: str  # "--nodes-file"
+    help: str
+    is_flag: bool = False
+    path: bool = False  # a file: passed on as an absolute path
+
+    @property
+    def key(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,80 +78,52 @@ class Provider:
     refused: Mapping[str, str] = field(default_factory=dict)
     # nemesis -> how this provider does it where that differs from the local provider
     notes: Mapping[str, str] = field(default_factory=dict)
+    options: tuple[ProviderOption, ...] = ()
+    # where `cluster up` says a node runs ("{run_id}" and "{node}" filled in); "": the
+    # provider's name
+    place: str = ""
+    # the PIDs it registers are this machine's: `cluster status` can tell them up or down
+    pids_here: bool = False
+    # `lockcheck doctor`: what this provider needs on this machine, given its options;
+    # `asked` when the user named it (--provider), else only what is worth showing
+    # anyway (findings marked optional do not fail the doctor)
+    doctor: Callable[[Mapping[str, Any], bool], list[Finding]] = lambda options, asked: []
 
 
-def _local_make(req: ClusterRequest) -> Cluster:
-    from lockcheck.cluster.netns import LocalCluster
-
-    return LocalCluster(req.nodes, req.clients, req.registry, kind=req.kind, subnet=req.subnet)
-
-
-def _local_reap(registry: Registry) -> list[str]:
-    from lockcheck.cluster.netns import cleanup_leftovers
-
-    return cleanup_leftovers(registry)
-
-
-def _local_remove_kept(registry: Registry) -> list[str]:
-    from lockcheck.cluster.netns import destroy
-
-    removed = []
-    for st in registry.all():
-        if st.kind == "cluster" and st.provider == "local":
-            destroy(st, registry)
-            removed.append(st.run_id)
-    return removed
-
-
-def _local_prerequisites() -> str | None:
-    from lockcheck.preflight import INSTALL, is_root
-
-    if not is_root():
-        return "needs root (it creates network namespaces); run it as root or with sudo"
-    for b in ("ip", "iptables"):
-        if shutil.which(b) is None:
-            return f"{b} not found; install it with: {INSTALL[b]}"
-    return None
-
-
-def _local_check_subnet(subnet: str) -> None:
-    from lockcheck.cluster.netns import pick_subnet
-
-    pick_subnet(subnet)
-
-
-def _local() -> Provider:
-    from lockcheck.cluster.netns import MAX_CLIENTS, MAX_NODES
-
-    return Provider(
-        name="local",
-        description="network namespaces on a bridge of this machine (the default)",
-        make=_local_make, reap=_local_reap, remove_kept=_local_remove_kept,
-        prerequisites=_local_prerequisites, max_nodes=MAX_NODES, max_clients=MAX_CLIENTS,
-        check_subnet=_local_check_subnet,
-    )
-
-
-def _docker() -> Provider:
-    from lockcheck.cluster import containers
-
-    return containers.provider()
-
-
-def _ssh() -> Provider:
-    from lockcheck.cluster import ssh
-
-    return ssh.provider()
-
-
-PROVIDERS: dict[str, Provider] = {"local": _local(), "docker": _docker(), "ssh": _ssh()}
+PROVIDERS: dict[str, str] = {
+    "local": "lockcheck.cluster.netns:PROVIDER",
+    "docker": "lockcheck.cluster.containers:PROVIDER",
+    "ssh": "lockcheck.cluster.ssh:PROVIDER",
+}
 
 
 def provider(name: str) -> Provider:
     try:
-        return PROVIDERS[name]
+        entry = PROVIDERS[name]
     except KeyError:
         raise BadInput(f"unknown provider {name!r}; available: {', '.join(PROVIDERS)}") from None
+    p: Provider = load(entry)
+    return p
+
+
+def all_providers() -> list[Provider]:
+    return [provider(name) for name in PROVIDERS]
+
+
+def provider_options(given: Mapping[str, Any], name: str | None) -> dict[str, Any]:
+    """The providers' options the user gave (by key; None or False: not given), as the
+    options of provider `name`: one that belongs to another provider is refused with
+    one line. With no name (`doctor` without --provider) each goes to its own."""
+    out: dict[str, Any] = {}
+    for p in all_providers():
+        for opt in p.options:
+            value = given.get(opt.key)
+            if value is None or value is False:
+                continue
+            if name is not None and p.name != name:
+                raise BadInput(f"{opt.flag} is an option of --provider {p.name}")
+            out[opt.key] = str(Path(value).resolve()) if opt.path else value
+    return out
 
 
 def check_provider(p: Provider, spec: TestSpec,

@@ -47,6 +47,7 @@ from lockcheck.cluster.netns import LocalNode, destroy, new_run_id
 from lockcheck.cluster.node import pid_start_time
 from lockcheck.cluster.nodes_file import HOST_KEYS, Host, NodesFile
 from lockcheck.cluster.nodes_file import load as load_nodes_file
+from lockcheck.cluster.providers import ClusterRequest, Provider, ProviderOption
 from lockcheck.cluster.remote import (
     RemoteNode,
     in_parallel,
@@ -59,7 +60,7 @@ from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 if TYPE_CHECKING:
-    from lockcheck.cluster.providers import ClusterRequest, Provider
+    from lockcheck.preflight import Finding
     from lockcheck.spec import TestSpec
 
 log = logging.getLogger("lockcheck")
@@ -626,7 +627,19 @@ def can_log_in(host: Host, keys: HostKeys, timeout: float) -> None:
         shell.client.close()  # no session was opened: nothing to remove there
 
 
-def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
+def doctor(options: Mapping[str, Any], asked: bool) -> list[Finding]:
+    """`lockcheck doctor`: each host of the nodes file (not asked for: only if given)."""
+    from lockcheck.preflight import Finding
+
+    if not asked and not options.get("nodes_file"):
+        return []
+    if not options.get("nodes_file"):
+        raise BadInput("lockcheck doctor --provider ssh needs --nodes-file")
+    return [Finding(w, ok, d, fix) for w, ok, d, fix in doctor_findings(
+        str(options["nodes_file"]), accept_new=bool(options.get("accept_new_host_keys")))]
+
+
+def doctor_findings(path: str, accept_new: bool = False) -> list[tuple[str, bool, str, str]]:
     """(what, ok, detail, fix) per host of a nodes file: login, root, packages."""
     from lockcheck.backends import BACKENDS
     from lockcheck.preflight import debian_packages
@@ -634,7 +647,7 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
     nf = load_nodes_file(path)
     wanted = list(dict.fromkeys([*BASE_PACKAGES, *debian_packages(
         [b for be in BACKENDS.values() for b in be.binaries])]))
-    keys = HostKeys(nf.known_hosts, False, print)
+    keys = HostKeys(nf.known_hosts, accept_new, print)
 
     def one(h: Host) -> tuple[str, bool, str, str]:
         what = f"ssh {h.name}"
@@ -663,20 +676,24 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
 NEEDS_CLIENT_NAMESPACES = ("partition-clients",)
 
 
-def provider() -> Provider:
-    from lockcheck.cluster.providers import Provider
-
-    return Provider(
-        name="ssh",
-        description="hosts from --nodes-file over SSH (real machines or VMs, as Jepsen's "
-                    "DB nodes); clients on this machine",
-        make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
-        max_nodes=100, max_clients=150, check=check,
-        refused={"delay": "its proxy is a lockcheck program, which the hosts do not have"},
-        notes={"partition": "iptables in the run's chain on each host; clients are cut "
-                            "too only with client namespaces (`clients:` in the nodes "
-                            "file), else partitions cut between nodes",
-               "kill": "SIGKILL of the server's PID on its host",
-               "pause": "SIGSTOP of the server's PID on its host",
-               "clock": "the host's own clock (date -s, reset at heal) on hosts of their "
-                        "own; never on a host that is this machine"})
+PROVIDER = Provider(
+    name="ssh",
+    description="hosts from --nodes-file over SSH (real machines or VMs, as Jepsen's "
+                "DB nodes); clients on this machine",
+    make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
+    max_nodes=100, max_clients=150, check=check, doctor=doctor,
+    options=(
+        ProviderOption(flag="--nodes-file", path=True,
+                       help="the hosts and how to log in to them (YAML or JSON)."),
+        ProviderOption(flag="--accept-new-host-keys", is_flag=True,
+                       help="add the keys of hosts not in known_hosts yet, and say so "
+                            "(a changed key is always refused)."),
+    ),
+    refused={"delay": "its proxy is a lockcheck program, which the hosts do not have"},
+    notes={"partition": "iptables in the run's chain on each host; clients are cut "
+                        "too only with client namespaces (`clients:` in the nodes "
+                        "file), else partitions cut between nodes",
+           "kill": "SIGKILL of the server's PID on its host",
+           "pause": "SIGSTOP of the server's PID on its host",
+           "clock": "the host's own clock (date -s, reset at heal) on hosts of their "
+                    "own; never on a host that is this machine"})

@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,18 @@ class Registry:
             except (ValueError, TypeError, OSError):
                 continue  # a torn file: its resources are still found by name
         return [out[k] for k in sorted(out)]
+
+
+class Selection(Registry):
+    """The registry with only some of its runs in view: a provider's `remove_kept`
+    given one removes those clusters and no other."""
+
+    def __init__(self, registry: Registry, run_ids: Collection[str]) -> None:
+        super().__init__(registry.dir)
+        self.run_ids = frozenset(run_ids)
+
+    def all(self) -> list[RunState]:
+        return [st for st in super().all() if st.run_id in self.run_ids]
 
 
 def keep_running(state: RunState, registry: Registry,

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockcheck.backends import load
 from lockcheck.cluster.api import CAPABILITIES, Clock
 from lockcheck.errors import BadInput
 from lockcheck.nemesis.api import Nemesis, RunContext
+from lockcheck.registry import load
 
 if TYPE_CHECKING:
     from lockcheck.spec import TestSpec

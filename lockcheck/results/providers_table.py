@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockcheck.cluster.providers import PROVIDERS
+from lockcheck.cluster.providers import all_providers
 from lockcheck.nemesis.registry import NEMESES
 from lockcheck.results.progress import table
 
 
 def provider_rows() -> list[dict[str, Any]]:
     rows = []
-    for p in PROVIDERS.values():
+    for p in all_providers():
         rows.append({"provider": p.name, "description": p.description,
                      "nemeses": [n for n in NEMESES if n not in p.refused],
                      "refused": {n: why for n, why in p.refused.items() if n in NEMESES},

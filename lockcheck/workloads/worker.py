@@ -455,8 +455,9 @@ def select_sleep(seconds: float | SupportsIndex) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from lockcheck.backends import BACKENDS, load
+    from lockcheck.backends import BACKENDS
     from lockcheck.cluster.faketime import FAKED_ENV
+    from lockcheck.registry import load
     from lockcheck.workloads.registry import WORKLOADS
     from lockcheck.workloads.stop_point import AcquireStop
 

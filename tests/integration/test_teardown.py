@@ -101,9 +101,10 @@ def kill_mid_run(cli: Any) -> tuple[Any, str]:
 
 def test_sigkill_then_cluster_down(cli: Any) -> None:
     r, rid = kill_mid_run(cli)
-    down = cli("cluster", "down")
+    # by its id: nothing of anyone else's is touched
+    down = cli("cluster", "down", rid)
     assert down.code == 0, down.explain()
-    assert re.search(rf"^removed: .*\b{rid}\b", down.stdout, re.M), down.stdout
+    assert down.stdout.strip() == f"removed: {rid}", down.stdout
     cli.assert_no_leftovers(rid)
     # the killed run can still be checked, once told to ignore a cut-off last line
     c = cli("check", "--allow-truncated", r.run_dir)
@@ -129,7 +130,7 @@ def test_cluster_up_status_down(cli: Any) -> None:
     assert re.search(rf"^\s+n1\s+\S+\s+netns lc-{rid}-n1\s+redis :6379$", up.stdout, re.M)
     for c in ("c0", "c1"):
         assert f"netns lc-{rid}-{c}" in up.stdout
-    assert "lockcheck cluster down" in up.stdout
+    assert f"lockcheck cluster down {rid}" in up.stdout
     # it is really up, and registered
     left = " ".join(cli.leftovers(rid))
     for ns in ("n1", "c0", "c1"):
@@ -150,9 +151,10 @@ def test_cluster_up_status_down(cli: Any) -> None:
     assert not re.search(rf"cleaned up leftovers.*\b{rid}\b", t.stderr)
     assert f"namespace lc-{rid}-n1" in " ".join(cli.leftovers(rid))
 
-    down = cli("cluster", "down")
+    # by its id: nothing of anyone else's is touched
+    down = cli("cluster", "down", rid)
     assert down.code == 0, down.explain()
-    assert re.search(rf"^removed: .*\b{rid}\b", down.stdout, re.M), down.stdout
+    assert down.stdout.strip() == f"removed: {rid}", down.stdout
     cli.assert_no_leftovers(rid)
     st = cli("cluster", "status")
     assert rid not in st.stdout

@@ -6,6 +6,7 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 130 interrupted, 254 bad input, 255 i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,9 @@ def test_usage_errors_exit_254(args: list[str]) -> None:
     (["--test-count", "0"], "--test-count must be at least 1"),
     (["--provider", "cloud"], "unknown provider 'cloud'"),
     (["--pause-ms", "0"], "--pause-ms must be at least 1"),
+    # a provider's own option, given with another provider
+    (["--nodes-file", "hosts.yaml"], "--nodes-file is an option of --provider ssh"),
+    (["--provider", "ssh", "--image", "x"], "--image is an option of --provider docker"),
     # a fault the backend cannot take is refused before anything starts
     (["--nemesis", "kill-primary"], "--nemesis kill-primary needs a service that names its "
                                     "primary or leader; backend redis has none"),
@@ -319,15 +323,102 @@ def test_cluster_down_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "needs root" in one_error_line(r)
 
 
-def test_cluster_status_with_no_clusters(monkeypatch: pytest.MonkeyPatch,
-                                         tmp_path: Path) -> None:
-    import lockcheck.cluster.state as state
+def test_cluster_down_with_run_ids_removes_those_clusters_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import dataclasses
 
-    monkeypatch.setattr(state, "DEFAULT_STATE_DIR", tmp_path / "none")
-    monkeypatch.setattr(state.Registry.__init__, "__defaults__", (tmp_path / "none",))
-    r = run("cluster", "status")
+    import lockcheck.preflight as preflight
+    from lockcheck.cluster import providers
+    from lockcheck.cluster.state import Registry, RunState
+
+    seen: list[list[str]] = []
+
+    def remove_kept(reg: Registry) -> list[str]:
+        kept = [st.run_id for st in reg.all() if st.kind == "cluster"]
+        seen.append(kept)
+        return kept
+
+    fake = dataclasses.replace(providers.provider("local"), name="fake",
+                               remove_kept=remove_kept)
+    monkeypatch.setattr(providers, "provider", lambda name: fake)
+    monkeypatch.setattr(preflight, "is_root", lambda: True)
+    reg = Registry(tmp_path)
+    for rid, kind in (("aaa111", "cluster"), ("bbb222", "cluster"), ("ccc333", "test")):
+        reg.save(RunState(rid, kind, 1, None, "", "", "", provider="fake"))
+
+    def down(*ids: str) -> Result:
+        return CliRunner().invoke(main, ["cluster", "down", *ids], obj=reg,
+                                  catch_exceptions=False)
+
+    r = down("bbb222")
+    assert r.exit_code == 0 and r.stdout.strip() == "removed: bbb222"
+    assert seen == [["bbb222"]]
+    r = down("ccc333")
+    assert r.exit_code == exitcodes.BAD_INPUT and "a test run" in one_error_line(r)
+    r = down("zzz999")
+    assert r.exit_code == exitcodes.BAD_INPUT and "no such run" in one_error_line(r)
+    assert seen == [["bbb222"]]
+
+
+def test_cluster_status_with_no_clusters(tmp_path: Path) -> None:
+    from lockcheck.cluster.state import Registry
+
+    r = CliRunner().invoke(main, ["cluster", "status"], obj=Registry(tmp_path / "none"),
+                           catch_exceptions=False)
     assert r.exit_code == 0
     assert r.stdout.strip() == "no lockcheck clusters"
+
+
+def test_help_lists_what_the_registries_hold() -> None:
+    from lockcheck.cluster.providers import all_providers
+    from lockcheck.nemesis.registry import NEMESES
+    from lockcheck.workloads.registry import WORKLOADS
+
+    def flat(text: str) -> str:  # unwrapped (click also wraps after a hyphen)
+        return re.sub(r"-\s+", "-", " ".join(text.split()))
+
+    text = flat(run("test", "--help").stdout)
+    for name, what in [*((w.name, w.description) for w in WORKLOADS.values()),
+                       *((n.name, n.description) for n in NEMESES.values()),
+                       *((p.name, p.description) for p in all_providers())]:
+        assert flat(f"{name}: {what}") in text
+    for p in all_providers():
+        for o in p.options:
+            assert f"{o.flag} " in text and flat(f"{p.name}: {o.help}") in text
+    assert "redis, redlock, etcd, redis-sentinel, postgres, zookeeper" in text
+
+    from lockcheck.checker.external import ENGINE_MODELS, FORMATS
+    from lockcheck.checker.registry import CHECKERS
+
+    text = flat(run("check", "--help").stdout)
+    assert f"--model TEXT {', '.join(ENGINE_MODELS)}, or a checker: {', '.join(CHECKERS)}." \
+        in text
+    assert f"--format TEXT {', '.join(FORMATS)} [default: by file]." in text
+
+
+def test_a_new_registry_entry_shows_in_the_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from lockcheck import cli
+    from lockcheck.nemesis import registry
+
+    extra = dataclasses.replace(registry.NEMESES["kill"], name="meteor",
+                                description="a rock from the sky")
+    monkeypatch.setitem(registry.NEMESES, "meteor", extra)
+    assert "meteor: a rock from the sky" in cli.choices_help()["nemesis"]
+
+
+def test_lockcheck_help_loads_no_registry() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from lockcheck.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('lockcheck.backends', "
+            "'lockcheck.cluster', 'lockcheck.nemesis', 'lockcheck.workloads'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
 
 
 # -- `backends` -----------------------------------------------------------------------

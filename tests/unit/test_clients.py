@@ -239,7 +239,7 @@ def test_cli_refuses_a_client_that_does_not_import(modules: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(CLIENTS))
 def test_each_shipped_adapter_loads(name: str) -> None:
-    from lockcheck.backends import load
+    from lockcheck.registry import load
 
     a = CLIENTS[name]
     r = resolve_client(name, a.backends[0])

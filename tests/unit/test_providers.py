@@ -15,7 +15,7 @@ from lockcheck.cluster import images
 from lockcheck.cluster.clienthosts import PlainClient
 from lockcheck.cluster.netns import LocalNode
 from lockcheck.cluster.nodes_file import load
-from lockcheck.cluster.providers import PROVIDERS, Provider, check_provider
+from lockcheck.cluster.providers import PROVIDERS, Provider, all_providers, check_provider, provider
 from lockcheck.cluster.state import LEGACY, Registry, RunState
 from lockcheck.errors import BadInput
 from lockcheck.nemesis.partition import cuttable
@@ -136,7 +136,7 @@ def test_a_local_run_has_no_sidecar_and_unknown_fields_are_ignored(tmp_path: Pat
 
 
 def test_a_fault_a_provider_cannot_inject_is_refused_in_one_line() -> None:
-    p = dataclasses.replace(PROVIDERS["local"], name="fake", refused={"pause": "no signals"})
+    p = dataclasses.replace(provider("local"), name="fake", refused={"pause": "no signals"})
     with pytest.raises(BadInput) as e:
         check_provider(p, TestSpec(nemesis=("partition", "pause")))
     assert str(e.value) == ("--nemesis pause is not available with --provider fake: "
@@ -146,12 +146,30 @@ def test_a_fault_a_provider_cannot_inject_is_refused_in_one_line() -> None:
 
 def test_every_provider_is_registered_and_names_its_faults() -> None:
     assert set(PROVIDERS) == {"local", "docker", "ssh"}
-    for p in PROVIDERS.values():
-        assert isinstance(p, Provider) and p.description
+    for name, p in zip(PROVIDERS, all_providers(), strict=True):
+        assert isinstance(p, Provider) and p.name == name and p.description
     from lockcheck.results.providers_table import render_providers
 
     text = render_providers()
     assert "docker" in text and "ssh" in text and "iptables in the run's chain" in text
+
+
+def test_a_providers_options_go_to_it_alone(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcheck.cluster.providers import provider_options
+
+    nf = write(tmp_path, "n.json", "{}")
+    monkeypatch.chdir(tmp_path)
+    given = {"nodes_file": "n.json", "accept_new_host_keys": True, "image": None}
+    assert provider_options(given, "ssh") == {"nodes_file": str(nf.resolve()),
+                                              "accept_new_host_keys": True}
+    assert provider_options({"image": "mine"}, "docker") == {"image": "mine"}
+    assert provider_options({"accept_new_host_keys": False}, "local") == {}
+    with pytest.raises(BadInput, match=r"^--image is an option of --provider docker$"):
+        provider_options({"image": "mine"}, "ssh")
+    # `doctor` without --provider: each option goes to its own provider
+    assert provider_options({"image": "mine", "nodes_file": str(nf)}, None) == {
+        "image": "mine", "nodes_file": str(nf.resolve())}
 
 
 def test_ssh_without_client_namespaces_refuses_a_partition_with_nothing_to_cut(
@@ -159,11 +177,11 @@ def test_ssh_without_client_namespaces_refuses_a_partition_with_nothing_to_cut(
     nf = write(tmp_path, "n.json", json.dumps({"hosts": [{"address": "10.0.0.1"}]}))
     spec = TestSpec(provider="ssh", nodes=1, provider_options={"nodes_file": str(nf)})
     with pytest.raises(BadInput, match="leaves nothing to cut"):
-        check_provider(PROVIDERS["ssh"], spec)
+        check_provider(provider("ssh"), spec)
     with pytest.raises(BadInput, match="lists only 1 host"):
-        check_provider(PROVIDERS["ssh"], dataclasses.replace(spec, nodes=2))
+        check_provider(provider("ssh"), dataclasses.replace(spec, nodes=2))
     with pytest.raises(BadInput, match="needs --nodes-file"):
-        check_provider(PROVIDERS["ssh"], TestSpec(provider="ssh"))
+        check_provider(provider("ssh"), TestSpec(provider="ssh"))
 
 
 def test_plain_client_processes_are_left_out_of_partitions() -> None:
