@@ -1,7 +1,8 @@
 """Providers by name: who makes a run's cluster, and who cleans up after dead runs.
 
 `local` (network namespaces on this machine), `docker` (containers on a network
-lockcheck creates) and `ssh` (hosts listed in a nodes file). Adding one is one module
+lockcheck creates), `ssh` (hosts listed in a nodes file) and `inproc` (plain
+processes on loopback, without root). Adding one is one module
 with a `Provider` entry here; the runner and the CLI only go through this table.
 """
 
@@ -124,7 +125,14 @@ def _ssh() -> Provider:
     return ssh.provider()
 
 
-PROVIDERS: dict[str, Provider] = {"local": _local(), "docker": _docker(), "ssh": _ssh()}
+def _inproc() -> Provider:
+    from lockcheck.cluster import inproc
+
+    return inproc.provider()
+
+
+PROVIDERS: dict[str, Provider] = {"local": _local(), "docker": _docker(), "ssh": _ssh(),
+                                  "inproc": _inproc()}
 
 
 def provider(name: str) -> Provider:

@@ -145,7 +145,7 @@ def test_a_fault_a_provider_cannot_inject_is_refused_in_one_line() -> None:
 
 
 def test_every_provider_is_registered_and_names_its_faults() -> None:
-    assert set(PROVIDERS) == {"local", "docker", "ssh"}
+    assert set(PROVIDERS) == {"local", "docker", "ssh", "inproc"}
     for p in PROVIDERS.values():
         assert isinstance(p, Provider) and p.description
     from lockcheck.results.providers_table import render_providers

@@ -1,0 +1,1 @@
+"""The databases lockcheck runs, written once against the node interface."""
