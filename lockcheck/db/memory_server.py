@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     with Server((a.host, a.port), table) as server:
         a.data_dir.mkdir(parents=True, exist_ok=True)
         (a.data_dir / "server.pid").write_text(f"{os.getpid()}\n")
-        host, port = server.server_address[:2]
+        host, port = str(server.server_address[0]), int(server.server_address[1])
         # the port is read from this line when --port 0 let the system choose it
         print(f"memory lock server on {host}:{port} (ttl {'on' if table.ttl else 'off'})",
               flush=True)
