@@ -67,21 +67,18 @@ def test_without_ttl_a_lock_is_held_until_released() -> None:
     assert t.release("k", "a") and t.acquire("k", "b", 1) == 2
 
 
-@pytest.mark.parametrize(("line", "reply"), [
-    ("PING", "PONG"), ("ACQUIRE k a 100", "OK 1"), ("acquire k b 100", "BUSY"),
-    ("RENEW k b 100", "NOTOWNER"), ("RENEW k a 100", "OK"), ("RELEASE k b", "NOTOWNER"),
-    ("RELEASE k a", "OK"), ("", "ERR empty request"),
-    ("ACQUIRE k a soon", "ERR invalid literal for int() with base 10: 'soon'"),
-    ("ACQUIRE k a 0", "ERR ttl_ms must be positive, got 0"),
-    ("DELETE k", "ERR unknown request delete with 1 argument(s)"),
-    ("PING extra", "ERR unknown request ping with 1 argument(s)"),
-])
-def test_one_line_in_one_line_out(line: str, reply: str) -> None:
-    table = TABLE
-    assert answer(table, line) == reply
-
-
-TABLE = LockTable()  # the cases above run in order on one table
+def test_one_line_in_one_line_out() -> None:
+    table = LockTable()
+    for line, reply in [
+        ("PING", "PONG"), ("ACQUIRE k a 100", "OK 1"), ("acquire k b 100", "BUSY"),
+        ("RENEW k b 100", "NOTOWNER"), ("RENEW k a 100", "OK"), ("RELEASE k b", "NOTOWNER"),
+        ("RELEASE k a", "OK"), ("", "ERR empty request"),
+        ("ACQUIRE k a soon", "ERR invalid literal for int() with base 10: 'soon'"),
+        ("ACQUIRE k a 0", "ERR ttl_ms must be positive, got 0"),
+        ("DELETE k", "ERR unknown request delete with 1 argument(s)"),
+        ("PING extra", "ERR unknown request ping with 1 argument(s)"),
+    ]:
+        assert answer(table, line) == reply, line
 
 # -- the client's errors --------------------------------------------------------------------
 
