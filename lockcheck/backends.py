@@ -49,6 +49,9 @@ class Backend:
     # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
     # so `client-pause --pause-at acquire` can stop it there
     stops_at_reply: bool = False
+    # a server of lockcheck's own rather than a lock service people deploy: runnable
+    # without root (`--provider inproc`), left out of test-all's default matrix
+    own_server: bool = False
 
     @property
     def binaries(self) -> tuple[str, ...]:
@@ -141,6 +144,16 @@ def _zookeeper(**kw: Any) -> Backend:
         # the zookeeper package brings java and the jars (checked at setup)
         servers={"java": "zookeeper"},
         fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")
+    return Backend(**{**base, **kw})
+
+
+def _memory(**kw: Any) -> Backend:
+    """lockcheck's own in-memory lock server: runs without root on `--provider inproc`."""
+    base: dict[str, Any] = dict(
+        family="memory", db="lockcheck.db.memory:MemoryDB",
+        client="lockcheck.locks.memory:make_clients", library="lockcheck",
+        fence="a counter of the server's, in memory only: a restart counts from 1 again",
+        own_server=True)
     return Backend(**{**base, **kw})
 
 
@@ -370,6 +383,26 @@ BACKENDS: dict[str, Backend] = {
                         "number instead of its czxid",
             expect="the same as zookeeper: the sequence grows per lock path while the path "
                    "is never deleted, so the resource refuses stale writes just as well",
+        ),
+        _memory(
+            name="memory",
+            description="lockcheck's own lock server, one process per node: leases with "
+                        "a TTL by the server's wall clock, a fence per grant, nothing "
+                        "kept on disk",
+            expect="safe without faults; a server restarted empty (kill) grants a held "
+                   "lock again and its fences go back; a paused holder (client-pause) "
+                   "overlaps the next one; a server clock moved forward (clock-bump) "
+                   "expires a held lease",
+        ),
+        _memory(
+            name="memory-no-ttl", unsafe=True,
+            description="lockcheck's own lock server with leases that never expire: a "
+                        "lock is held until its holder releases it",
+            expect="a server paused with an acquire in flight (pause) grants it after "
+                   "the client gave up on the reply: nobody releases that lock, so the "
+                   "recovery phase fails; a restart empty (kill) still gives overlapping "
+                   "holders",
+            options={"ttl": False},
         ),
     ]
 }

@@ -391,7 +391,8 @@ def _pass_through_args(o: dict[str, Any]) -> list[str]:
 
 @main.command("test-all", cls=Command, complete=with_pass_through_options)
 @click.option("--backends", multiple=True,
-              help="Backends, space- or comma-separated, or repeated [default: every one].")
+              help="Backends, space- or comma-separated, or repeated [default: every one "
+                   "but lockcheck's own memory server].")
 @click.option("--nemeses", multiple=True,
               help="Nemeses, space- or comma-separated; join faults run together with + "
                    "(kill+pause) [default: none partition kill pause client-pause].")
@@ -416,10 +417,15 @@ def test_all(**o: Any) -> int:
     Each run is a separate `lockcheck test` process with its output in a log file;
     a failing or crashing run is recorded and the matrix goes on. Exit code: 1 if any
     run was unsafe, 2 if any was unknown or failed, 0 if all were safe."""
-    from lockcheck.results.matrix import known_names, run_test_all, split_names
+    from lockcheck.results.matrix import (
+        default_backends,
+        known_names,
+        run_test_all,
+        split_names,
+    )
 
-    kb, kw, kn = known_names()
-    backends = split_names(o["backends"]) or sorted(kb)
+    _, kw, kn = known_names()
+    backends = split_names(o["backends"]) or default_backends()
     workloads = split_names(o["workloads"]) or [w for w in ("mutex", "fenced") if w in kw]
     nemeses = split_names(o["nemeses"]) or [
         n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
@@ -578,8 +584,6 @@ def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str
     from lockcheck.cluster.providers import all_providers
     from lockcheck.preflight import is_root
 
-    if not is_root():
-        raise BadInput("lockcheck cluster down needs root")
     reg = registry(ctx)
     known = {s.run_id: s for s in reg.all()}
     if run_ids:
@@ -588,6 +592,9 @@ def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str
                 raise BadInput(f"{rid}: no such run in the registry (see: lockcheck cluster "
                                "status)")
         return remove_clusters(reg, [known[rid] for rid in run_ids])
+    # without root, only what a provider that needs none made (inproc), in the
+    # user's own registry
+    providers = [p for p in all_providers() if is_root() or p.prerequisites() is None]
     for rid in forget:
         st = known.get(rid)
         if st is None:
@@ -600,7 +607,7 @@ def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str
     live = [s for s in reg.all() if s.kind == "test" and s.owner_alive()]
     cleaned: list[str] = []
     problems: list[str] = []
-    for p in all_providers():
+    for p in providers:
         # clusters left running on purpose are removed too; live test runs are not
         try:
             cleaned += [r for r in p.reap(reg) + p.remove_kept(reg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -24,7 +25,7 @@ from typing import IO, Any
 from lockcheck.cluster.faketime import remove_shm
 from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time, replace_file
 from lockcheck.cluster.providers import ClusterRequest, Provider
-from lockcheck.cluster.state import Registry, RunState
+from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry, RunState
 from lockcheck.errors import BadInput
 
 NS_RE = re.compile(r"^lc-([0-9a-f]{6})-[nc]\d+$")
@@ -266,6 +267,7 @@ class LocalCluster:
             )
             self.registry.save(self.state)  # before creating anything: a crash stays findable
             self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            write_owner(self.workdir, self.registry)
             _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{base + 1}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -376,11 +378,42 @@ def list_bridges() -> list[str]:
     return [m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)]
 
 
+OWNER_FILE = "owner.json"
+
+
+def write_owner(workdir: Path, registry: Registry) -> None:
+    """Who made this run, and in which registry: a reap through another registry
+    (LOCKCHECK_STATE_DIR) must not take the run's namespaces for an orphan's."""
+    me = os.getpid()
+    replace_file(workdir / OWNER_FILE, json.dumps(
+        {"pid": me, "start": pid_start_time(me), "registry": str(registry.dir)}))
+
+
+def claimed_elsewhere(run_id: str, registry: Registry, *, tmp: Path = Path("/tmp"),
+                      default: Path = DEFAULT_STATE_DIR) -> bool:
+    """A run not in `registry` that is still someone's: its owner is alive, or another
+    registry (the default one, or the one its owner file names) has its entry, and
+    that registry's own reap will clean it."""
+    dirs = {default}
+    try:
+        owner = json.loads((tmp / f"lockcheck-{run_id}" / OWNER_FILE).read_text())
+        pid, start, where = int(owner["pid"]), owner["start"], str(owner["registry"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # made by a lockcheck that wrote no owner file, or half gone
+    else:
+        if pid_alive(pid) and pid_start_time(pid) == start:
+            return True
+        dirs.add(Path(where))
+    dirs.discard(registry.dir)
+    return any((d / f"{run_id}{ext}").exists() for d in dirs for ext in (".json", ".remote"))
+
+
 def cleanup_leftovers(registry: Registry, *, include_live: bool = False) -> list[str]:
     """Destroy what dead runs left behind; with include_live, every lockcheck cluster.
 
     Returns the run ids cleaned. Resources are found through the registry and, for a
-    run killed before it could write its registry entry, by lockcheck's own names.
+    run killed before it could write its registry entry, by lockcheck's own names;
+    what another registry knows, or a live lockcheck owns, is left alone.
     Under the registry lock: a run starting meanwhile registers itself (under the same
     lock) before it creates anything, so its new bridge is never taken for an orphan.
     """
@@ -417,6 +450,8 @@ def _cleanup_leftovers(registry: Registry, include_live: bool) -> list[str]:
         if re.fullmatch(r"[0-9a-f]{6}", rid) and rid not in live_ids:
             by_id.setdefault(rid, RunState(rid, "orphan", 0, None, "", f"lcb{rid}", str(p)))
     for rid, st in by_id.items():
+        if not include_live and claimed_elsewhere(rid, registry):
+            continue
         destroy(st, registry)
         if rid not in cleaned:
             cleaned.append(rid)

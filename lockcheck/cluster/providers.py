@@ -1,7 +1,8 @@
 """Providers by name: who makes a run's cluster, and who cleans up after dead runs.
 
 `local` (network namespaces on this machine), `docker` (containers on a network
-lockcheck creates) and `ssh` (hosts listed in a nodes file). Adding one is one module
+lockcheck creates), `ssh` (hosts listed in a nodes file) and `inproc` (plain processes
+on loopback, without root). Adding one is one module
 with a `PROVIDER` constant and its "module:attr" entry in `PROVIDERS`; the runner and
 the CLI only go through this table. Entries are loaded when asked for, so this module
 imports no provider: the providers import it, for `Provider`.
@@ -94,6 +95,7 @@ PROVIDERS: dict[str, str] = {
     "local": "lockcheck.cluster.netns:PROVIDER",
     "docker": "lockcheck.cluster.containers:PROVIDER",
     "ssh": "lockcheck.cluster.ssh:PROVIDER",
+    "inproc": "lockcheck.cluster.inproc:PROVIDER",
 }
 
 

@@ -12,14 +12,40 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster.node import pid_alive, pid_start_time
+from lockcheck.errors import BadInput
 
-DEFAULT_STATE_DIR = Path(os.environ.get("LOCKCHECK_STATE_DIR", "/run/lockcheck"))
+
+def default_state_dir() -> Path:
+    """`$LOCKCHECK_STATE_DIR`; else /run/lockcheck for root; else a folder the user owns
+    (`$XDG_RUNTIME_DIR/lockcheck`, `~/.cache/lockcheck/runs`, or one in the temp folder):
+    a run without root (`--provider inproc`) registers itself there."""
+    env = os.environ.get("LOCKCHECK_STATE_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/run/lockcheck")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    for base, sub in ((runtime, "lockcheck"), (str(Path.home() / ".cache"), "lockcheck/runs")):
+        if base and _writable(Path(base)):
+            return Path(base) / sub
+    return Path(tempfile.gettempdir()) / f"lockcheck-state-{os.geteuid()}"
+
+
+def _writable(d: Path) -> bool:
+    """`d`, or the nearest folder above it that exists, can be written by this user."""
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
+
+
+DEFAULT_STATE_DIR = default_state_dir()
 
 
 @dataclass
@@ -50,6 +76,13 @@ class Registry:
     def __init__(self, state_dir: Path = DEFAULT_STATE_DIR) -> None:
         self.dir = state_dir
 
+    def _make_dir(self) -> None:
+        # 0700: in a shared temp folder, another user's files must not pass for runs
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.dir.stat().st_uid != os.geteuid() and os.geteuid() != 0:
+            raise BadInput(f"the run registry {self.dir} belongs to another user; "
+                           "set LOCKCHECK_STATE_DIR to a folder of your own")
+
     def path(self, run_id: str) -> Path:
         return self.dir / f"{run_id}.json"
 
@@ -59,7 +92,7 @@ class Registry:
 
         flock on the registry folder itself, so no lock file is left behind.
         """
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._make_dir()
         fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -74,7 +107,7 @@ class Registry:
         return self.dir / f"{run_id}.remote"
 
     def save(self, state: RunState) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._make_dir()
         full = asdict(state)
         if state.provider != "local" or state.remote:
             _replace(self.sidecar(state.run_id), full)

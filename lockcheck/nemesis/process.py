@@ -174,7 +174,7 @@ def kill(ctx: RunContext) -> Kill:
 
 def pause(ctx: RunContext) -> Pause:
     assert isinstance(ctx.db, Pausable)
-    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval)
+    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.fault_duration)
 
 
 def kill_primary(ctx: RunContext) -> Kill:
@@ -185,5 +185,5 @@ def kill_primary(ctx: RunContext) -> Kill:
 
 def pause_primary(ctx: RunContext) -> Pause:
     assert isinstance(ctx.db, Pausable)
-    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.nemesis_interval,
+    return Pause(ctx.db, [n.name for n in ctx.cluster.nodes], ctx.spec.fault_duration,
                  name="pause-primary", targets=primaries(ctx.db))

@@ -99,6 +99,14 @@ def known_names() -> tuple[set[str], set[str], set[str]]:
     return set(BACKENDS), set(WORKLOADS), {"none", *NEMESES}
 
 
+def default_backends() -> list[str]:
+    """test-all's backends when none are given: every backend of a lock service, not
+    lockcheck's own server (`Backend.own_server`, for a first try without root)."""
+    from lockcheck.backends import BACKENDS
+
+    return sorted(n for n, b in BACKENDS.items() if not b.own_server)
+
+
 def validate(backends: Sequence[str], workloads: Sequence[str], nemeses: Sequence[str]) -> None:
     kb, kw, kn = known_names()
     for what, names, known in (("backend", backends, kb), ("workload", workloads, kw)):

@@ -314,13 +314,20 @@ def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch,
 # -- commands that need root say so -------------------------------------------------------
 
 
-def test_cluster_down_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cluster_down_without_root_removes_only_inproc_runs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import lockcheck.cluster.state as state
     import lockcheck.preflight as preflight
+    from lockcheck.cluster.inproc import InprocCluster
 
     monkeypatch.setattr(preflight, "is_root", lambda: False)
+    monkeypatch.setattr(state.Registry.__init__, "__defaults__", (tmp_path / "reg",))
+    kept = InprocCluster(1, 0, state.Registry()).up()
+    kept.keep({})
     r = run("cluster", "down")
-    assert r.exit_code == exitcodes.BAD_INPUT
-    assert "needs root" in one_error_line(r)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"removed: {kept.run_id}"
+    assert state.Registry().all() == [] and not kept.workdir.exists()
 
 
 def test_cluster_down_with_run_ids_removes_those_clusters_only(
@@ -419,6 +426,14 @@ def test_lockcheck_help_loads_no_registry() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_test_all_leaves_lockcheck_s_own_server_out_by_default() -> None:
+    from lockcheck.results.matrix import default_backends
+
+    backends = default_backends()
+    assert "redis" in backends and "etcd" in backends
+    assert "memory" not in backends and "memory-no-ttl" not in backends
 
 
 # -- `backends` -----------------------------------------------------------------------

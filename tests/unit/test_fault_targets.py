@@ -141,3 +141,22 @@ def test_pause_at_release_skips_when_nobody_releases() -> None:
     nem = ClientPause([WorkerRef(1, "c1", FakeDaemon())], h.now, 0.6,  # type: ignore[arg-type]
                       wait_s=0.1, next_exit=h.next_exit)
     assert nem.start(random.Random(0))["skipped"] == "no client released a lock"
+
+
+def test_a_server_pause_lasts_the_nemesis_duration() -> None:
+    from types import SimpleNamespace
+
+    from lockcheck.db.memory import MemoryDB
+    from lockcheck.nemesis.api import RunContext
+    from lockcheck.nemesis.process import pause, pause_primary
+
+    class WithPrimary(MemoryDB):
+        def primaries(self) -> list[str]:
+            return ["n1"]
+
+    spec = TestSpec(nemesis_interval=3.0, nemesis_duration=7.5)
+    cluster = SimpleNamespace(nodes=[SimpleNamespace(name=n) for n in NODES])
+    ctx = RunContext(spec=spec, cluster=cluster, db=WithPrimary(spec),  # type: ignore[arg-type]
+                     workers=[], holders=list)
+    assert pause(ctx).hold_s == 7.5
+    assert pause_primary(ctx).hold_s == 7.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from lockcheck.cluster import images
 from lockcheck.cluster.clienthosts import PlainClient
 from lockcheck.cluster.netns import LocalNode
+from lockcheck.cluster.node import pid_start_time
 from lockcheck.cluster.nodes_file import load
 from lockcheck.cluster.providers import PROVIDERS, Provider, all_providers, check_provider, provider
 from lockcheck.cluster.state import LEGACY, Registry, RunState
@@ -145,7 +147,7 @@ def test_a_fault_a_provider_cannot_inject_is_refused_in_one_line() -> None:
 
 
 def test_every_provider_is_registered_and_names_its_faults() -> None:
-    assert set(PROVIDERS) == {"local", "docker", "ssh"}
+    assert set(PROVIDERS) == {"local", "docker", "ssh", "inproc"}
     for name, p in zip(PROVIDERS, all_providers(), strict=True):
         assert isinstance(p, Provider) and p.name == name and p.description
     from lockcheck.results.providers_table import render_providers
@@ -280,3 +282,33 @@ def test_the_stand_in_hosts_share_this_machines_boot_id() -> None:
     out = subprocess.run(["cat", "/proc/sys/kernel/random/boot_id"], capture_output=True,
                          text=True).stdout.strip()
     assert local_boot_id() == out and len(out) == 36
+
+
+def test_a_reap_leaves_runs_of_another_registry_or_of_a_live_owner(tmp_path: Path) -> None:
+    from lockcheck.cluster.netns import claimed_elsewhere, write_owner
+
+    mine, other, default = (Registry(tmp_path / d) for d in ("mine", "other", "default"))
+    tmp = tmp_path / "tmp"
+
+    def owner(rid: str, pid: int, start: int | None, registry: Registry) -> None:
+        (tmp / f"lockcheck-{rid}").mkdir(parents=True)
+        write_owner(tmp / f"lockcheck-{rid}", registry)
+        f = tmp / f"lockcheck-{rid}" / "owner.json"
+        f.write_text(json.dumps({**json.loads(f.read_text()), "pid": pid, "start": start}))
+
+    def claimed(rid: str) -> bool:
+        return claimed_elsewhere(rid, mine, tmp=tmp, default=default.dir)
+
+    owner("aaaaaa", os.getpid(), pid_start_time(os.getpid()), other)  # alive
+    assert claimed("aaaaaa")
+    owner("bbbbbb", 2**22 + 1, 1, other)  # its owner is gone, its registry knows it
+    other.save(RunState("bbbbbb", "test", 2**22 + 1, 1, "", "", ""))
+    assert claimed("bbbbbb")
+    owner("cccccc", 2**22 + 1, 1, other)  # gone, and no registry knows it: an orphan
+    assert not claimed("cccccc")
+    assert not claimed("dddddd")  # no owner file, no entry anywhere
+    default.save(RunState("dddddd", "test", 2**22 + 1, 1, "", "", ""))
+    assert claimed("dddddd")  # the default registry's reap cleans it
+    owner("eeeeee", 2**22 + 1, 1, mine)  # this registry's own: not claimed elsewhere
+    mine.save(RunState("eeeeee", "test", 2**22 + 1, 1, "", "", ""))
+    assert not claimed("eeeeee")
