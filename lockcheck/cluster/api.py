@@ -258,6 +258,15 @@ class CanFailover(Protocol):
 
 
 @runtime_checkable
+class SentinelEvents(Protocol):
+    """Sentinels watch the service and publish each step of a failover (pub/sub)."""
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """(address, port) of every Sentinel."""
+        ...
+
+
+@runtime_checkable
 class Clock(Protocol):
     """The servers' wall clocks can be moved, per node and at run time, without
     touching the machine's clock (libfaketime, one process at a time).
@@ -297,6 +306,7 @@ CAPABILITIES: dict[str, type] = {
     "pause": Pausable,
     "primary": HasPrimary,
     "failover": CanFailover,
+    "sentinel-events": SentinelEvents,
     "clock": Clock,
     "logs": LogFiles,
 }

@@ -272,6 +272,9 @@ class SentinelDB(PerNode):
         by_address = {n.address: name for name, n in self.nodes.items()}
         return [by_address[best[1]]] if best and best[1] in by_address else []
 
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [(t.node.address, t.port) for t in self.sentinels.values()]
+
     def failover(self, rng: random.Random) -> dict[str, Any]:
         """`SENTINEL FAILOVER` on one Sentinel: it promotes a replica without asking
         the others. Waits (a few seconds at most) until the Sentinels name the new

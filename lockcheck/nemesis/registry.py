@@ -144,6 +144,12 @@ NEMESES: dict[str, NemesisKind] = {
                                 "always in the path)",
                     build="lockcheck.nemesis.delay:delay",
                     prepare="lockcheck.nemesis.delay:prepare"),
+        NemesisKind(name="pause-primary-until-promotion",
+                    description="SIGSTOP the current primary; SIGCONT the moment a Sentinel "
+                                "starts promoting a replica (at most --nemesis-duration, "
+                                "default the larger of --nemesis-interval and 10 s)",
+                    build="lockcheck.nemesis.promotion_pause:pause_until_promotion",
+                    needs=("pause", "primary", "sentinel-events")),
     ]
 }
 
@@ -151,6 +157,7 @@ NEED_WORDS = {"kill": "servers that can be killed and restarted",
               "pause": "servers that can be paused",
               "primary": "a service that names its primary or leader",
               "failover": "a service that can fail over on demand",
+              "sentinel-events": "Sentinels that publish a failover's steps",
               "clock": "servers whose clock lockcheck can set per process (libfaketime; "
                        "Go's etcd and the JVM's ZooKeeper read the clock themselves)",
               "logs": "server log files"}
