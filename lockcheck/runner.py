@@ -330,7 +330,6 @@ class Run:
         t["checkers"] = list(p.workload.checkers)
         t["recovery_keys"] = list(self.key_plan.recovery)
         t["key_params"] = self.key_plan.params
-        t["verdict"] = p.workload.verdict
         t["process_stride"] = self.spec.process_stride
         t["recovery_worker"] = self.spec.concurrency
         t["backend_info"] = {"family": p.backend.family, "client": p.backend.library,
