@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lockcheck import __version__
-from lockcheck.checker.analyze import analyze, load_test
+from lockcheck.checker.analyze import analyze
 from lockcheck.checker.intervals import critical_sections
 from lockcheck.checker.verdict import refusals
 from lockcheck.errors import BadInput
@@ -303,7 +303,7 @@ def _linearizable_html(run_dir: Path, ops: list[Op], test: dict[str, Any],
     existing = sorted(out_dir.glob("linearizable-*.html")) if out_dir.is_dir() else []
     if existing:
         return existing
-    from lockcheck.checker.analyze import options_for
+    from lockcheck.checker.api import options_for
     from lockcheck.checker.linearizable import check_linearizable
 
     try:
@@ -446,7 +446,7 @@ def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
     run_dir = Path(run_dir)
     if not store.is_run_dir(run_dir):
         raise BadInput(f"{run_dir}: not a run directory (no {store.HISTORY})")
-    test = load_test(run_dir)
+    test = store.load_test(run_dir)
     if ops is None:
         ops = read_history_full(store.history_file(run_dir), allow_truncated=True).ops
     if results is None:
