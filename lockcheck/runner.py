@@ -421,8 +421,8 @@ class Run:
         assert self.cluster is not None
         host = self.cluster.clients[0]
         ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
-                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
-                              keys=self.keys, clients=self.spec.concurrency + 1,
+                              run_dir=self.run_dir, t0_ns=self.t0, keys=self.keys,
+                              clients=self.spec.concurrency + 1,
                               host=host if isinstance(host, Node) else None,
                               record=self.record, service=self.p.db.client_config())
         self.resource = load(w.resource)(ctx).start()

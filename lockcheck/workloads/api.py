@@ -77,7 +77,6 @@ class ResourceContext:
     workdir: Path  # the run's temp folder on the controller (sockets)
     run_dir: Path  # the results folder (the resource's own log goes here)
     t0_ns: int
-    options: Mapping[str, Any]
     keys: Sequence[str] = ()  # the lock names of the run
     clients: int = 0  # how many workers will connect
     # where the resource may run processes of its own (a server), so that they go
