@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from lockcheck import __version__, exitcodes
+from lockcheck.checker.api import DEFAULT_TIMEOUT_S
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError
 from lockcheck.syspath import add_system_dirs
@@ -252,7 +253,8 @@ def render_provider_faults() -> str:
                    "checker name.")
 @click.option("--format", "fmt", default=None,
               help="lockcheck, jepsen-edn, porcupine-etcd, porcupine-kv [default: by file].")
-@click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
+@click.option("--timeout", type=float, default=None,
+              help=f"Seconds per search [default {DEFAULT_TIMEOUT_S:g}].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per path on stdout.")
 @click.option("--html", "html_dir", type=click.Path(path_type=Path), default=None,
               help="Write the visualization of each failed check into this folder.")
