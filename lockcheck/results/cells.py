@@ -45,8 +45,8 @@ def _num(v: Any) -> float | None:
 
 def workload_label(test: Mapping[str, Any]) -> str:
     w = str(test.get("workload", "?"))
-    return f"{w} (unfenced resource)" if w == "fenced" and test.get("resource") == "unfenced" \
-        else w
+    unfenced = on_trial(w) == "lock+resource" and test.get("resource") == "unfenced"
+    return f"{w} (unfenced resource)" if unfenced else w
 
 
 def nemesis_label(nemesis: Any) -> str:
