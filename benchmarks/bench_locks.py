@@ -12,9 +12,10 @@ each in a fresh subprocess: read + `check_linearizable`, wall time and peak RSS.
 shapes (`SHAPES`): `acq-fences` (fences in acquires only, renews and releases carry
 none, no lease tokens: Jepsen's shape), `all-fences` (fences and lease tokens in
 acquires, renews and releases: lockcheck's format), `no-fences` (lease tokens, no
-fences: Redlock), `no-fences-crash5` (the same with 5 % crashed ops). In these any
-`info` retires the process; after an `info` renew the worker releases under its new
-id naming the lease (where it has a token).
+fences: Redlock), `no-fences-crash5` (the same with 5 % crashed ops). In every shape
+any `info` retires the process, as the history's process rules require (the rows of
+`fenced` measured before 2026-12 kept the id after an `info` renew); after an `info`
+renew the worker releases under its new id naming the lease (where it has a token).
 
 It simulates a lease lock service with TTLs (10 keys, 20 clients by default) and
 writes a lockcheck `history.jsonl` of N operations (an invoke plus its completion
@@ -97,7 +98,6 @@ class Shape:
     named: bool = True  # renews and releases name their fence (else they carry none)
     leases: bool = False  # grants carry a lease token; renews/releases name it
     crash: float = 0.01  # share of acquires and releases that crash (renews: 0.3 of it)
-    jepsen: bool = False  # any info retires the process (else only acquire/release)
     plant: bool = False  # one lie: a refused acquire of k0 recorded as ok
 
 
@@ -105,10 +105,10 @@ SHAPES: dict[str, Shape] = {
     # the 200,000-op rows as before (lockcheck's format of 2026-11)
     "fenced": Shape(),
     # the 1,000,000-op rows
-    "acq-fences": Shape(named=False, jepsen=True),
-    "all-fences": Shape(leases=True, jepsen=True),
-    "no-fences": Shape(fences=False, named=False, leases=True, jepsen=True),
-    "no-fences-crash5": Shape(fences=False, named=False, leases=True, jepsen=True, crash=0.05),
+    "acq-fences": Shape(named=False),
+    "all-fences": Shape(leases=True),
+    "no-fences": Shape(fences=False, named=False, leases=True),
+    "no-fences-crash5": Shape(fences=False, named=False, leases=True, crash=0.05),
 }
 
 
@@ -242,7 +242,7 @@ def generate(
         record(t, c, typ, f, value, error)
         counts[f"{f}:{typ}"] = counts.get(f"{f}:{typ}", 0) + 1
         pause = rng.randint(MS // 2, 5 * MS)
-        if typ == "info" and (shape.jepsen or f in ("acquire", "release")):
+        if typ == "info":
             c.process += clients  # retire the id, as Jepsen does
             if f == "renew" and shape.leases:
                 c.renews_left = 0  # still inside: release the lease under the new id

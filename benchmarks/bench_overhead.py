@@ -36,7 +36,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lockcheck.backends import key_names
 from lockcheck.cluster.netns import LocalCluster
 from lockcheck.cluster.state import Registry
 from lockcheck.db.redis import RedisDB
@@ -45,6 +44,7 @@ from lockcheck.nemesis.client_pause import Holders
 from lockcheck.results.progress import LiveStats
 from lockcheck.runner import WORKER_MODULE, WorkerHandle, history_intake
 from lockcheck.spec import TestSpec
+from lockcheck.workloads.api import default_keys
 from lockcheck.workloads.worker import AlternatingRecorder, WorkerConfig
 
 BUCKET_NS = AlternatingRecorder.BUCKET_NS
@@ -71,7 +71,7 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                 cfg = WorkerConfig(
                     worker=i, process_stride=spec.process_stride, backend="redis",
                     workload="mutex", client_config=db.client_config(),
-                    keys=key_names(spec.keys), ttl_ms=spec.ttl_ms, hold_ms=(0, 0), seed=1,
+                    keys=default_keys(spec.keys).names, ttl_ms=spec.ttl_ms, hold_ms=(0, 0), seed=1,
                     t0_ns=t0, op_timeout_s=spec.op_timeout_s, record_phase_s=a.phase)
                 d = host.spawn(f"worker-{i}",
                                [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],

@@ -14,7 +14,7 @@ runs.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -414,11 +414,3 @@ def backend(name: str) -> Backend:
     except KeyError:
         raise BadInput(f"unknown backend {name!r}; available: {', '.join(BACKENDS)} "
                        "(see: lockcheck backends)") from None
-
-
-def key_names(n: int) -> list[str]:
-    return [f"k{i}" for i in range(n)]
-
-
-def families() -> Sequence[str]:
-    return sorted({b.family for b in BACKENDS.values()})

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from lockcheck import __version__, exitcodes
+from lockcheck.checker.api import DEFAULT_TIMEOUT_S
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError
 from lockcheck.syspath import add_system_dirs
@@ -307,7 +308,8 @@ def with_models_and_formats(cmd: click.Command) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--model", default=None, help="A model or a checker.")
 @click.option("--format", "fmt", default=None, help="The history's format.")
-@click.option("--timeout", type=float, default=None, help="Seconds per search [default 60].")
+@click.option("--timeout", type=float, default=None,
+              help=f"Seconds per search [default {DEFAULT_TIMEOUT_S:g}].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per path on stdout.")
 @click.option("--html", "html_dir", type=click.Path(path_type=Path), default=None,
               help="Write the visualization of each failed check into this folder.")

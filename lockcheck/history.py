@@ -196,12 +196,11 @@ def _gc_paused() -> Iterator[None]:
 def read_history_lines(
     lines: Iterable[str], path: str = "<memory>", *, allow_truncated: bool = False
 ) -> ReadResult:
-    """Parse and validate lines. A completion (`ok`/`fail`/`info`) of a client process
-    with no open invoke of the same process and `f` before it is malformed."""
+    """Parse and validate lines, the process rules included (`ProcessRules`)."""
     ops: list[Op] = []
     truncated: int | None = None
     last_index = -1
-    open_: set[tuple[Process, str]] = set()
+    step = ProcessRules().step
     loads = _loads
     # equal small values share one dict (a grant's {"fence": N, "lease": L} comes back on
     # its renews and release; {"ttl_ms": T} on every acquire): Op.value is read-only
@@ -253,38 +252,76 @@ def read_history_lines(
                         shared.clear()
             elif type(v) is list or type(v) is dict or type(v) is float:
                 op.value = _exact(v, raw)
-            typ = op.type
-            if typ != "event" and op.process != "nemesis":
-                k = (op.process, op.f)
-                if typ == "invoke":
-                    open_.add(k)
-                elif k in open_:
-                    open_.discard(k)
-                else:
-                    raise HistoryError(path, n, orphan_message(op))
+            broken = step(op.process, op.type, op.f)
+            if broken:
+                raise HistoryError(path, n, rule_message(broken, op.process, op.type, op.f))
             ops.append(op)
     return ReadResult(ops, truncated)
 
 
-def orphan_message(op: Op) -> str:
-    return (f"{op.type} {op.f} of process {op.process} with no open invoke of that "
-            "process before it")
+# Why a client op breaks Jepsen's process rules (the codes `checker/_lockscan.c` returns
+# too): a completion with no open invoke of its process and `f`; an invoke while its
+# process has one in flight; any op of a process after its `info`.
+ORPHAN, IN_FLIGHT, AFTER_INFO = 2, 3, 4
 
 
-def first_orphan(ops: Iterable[Op]) -> Op | None:
-    """The first client completion with no open invoke of its process and `f`, if any
-    (the JSONL reader does the same check inline, for speed)."""
-    open_: set[tuple[Process, str]] = set()
-    for op in ops:
-        if op.type == "event" or op.process == "nemesis":
-            continue
-        k = (op.process, op.f)
-        if op.type == "invoke":
-            open_.add(k)
-        elif k in open_:
-            open_.discard(k)
+class _Retired:
+    """ProcessRules.open's mark of a process whose op ended in `info` (no f is it)."""
+
+
+_RETIRED = _Retired()
+
+
+def rule_message(code: int, process: Process, typ: str, f: str) -> str:
+    what = f"{typ} {f} of process {process}"
+    if code == IN_FLIGHT:
+        return f"{what} while another op of that process is in flight (one at a time)"
+    if code == AFTER_INFO:
+        return f"{what} after an info of that process (its id is retired)"
+    return f"{what} with no open invoke of that process before it"
+
+
+class ProcessRules:
+    """Jepsen's rules for client processes (its `client/validate`): a process has one
+    op in flight at a time, which it completes with the same `f`, and issues nothing
+    after an `info` (the op's outcome is unknown, so its id is retired). Events and the
+    nemesis are exempt. Every reader of histories runs them: a history that breaks
+    them is bad input, not something to guess the meaning of."""
+
+    __slots__ = ("open",)
+
+    def __init__(self) -> None:
+        # process -> the f of its op in flight, or _RETIRED after its info
+        self.open: dict[Process, str | _Retired] = {}
+
+    def step(self, process: Process, typ: str, f: str) -> int:
+        """0, or the rule this op breaks (ORPHAN, IN_FLIGHT, AFTER_INFO); an op that
+        breaks one changes nothing."""
+        if typ == "event" or process == "nemesis":
+            return 0
+        state = self.open.get(process)
+        if state is _RETIRED:
+            return AFTER_INFO
+        if typ == "invoke":
+            if state is not None:
+                return IN_FLIGHT
+            self.open[process] = f
+        elif state != f:
+            return ORPHAN
+        elif typ == "info":
+            self.open[process] = _RETIRED
         else:
-            return op
+            del self.open[process]
+        return 0
+
+
+def validate_processes(ops: Iterable[Op]) -> tuple[Op, str] | None:
+    """The first op that breaks the process rules and why, or None."""
+    rules = ProcessRules()
+    for op in ops:
+        code = rules.step(op.process, op.type, op.f)
+        if code:
+            return op, rule_message(code, op.process, op.type, op.f)
     return None
 
 

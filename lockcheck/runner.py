@@ -37,7 +37,7 @@ from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
-from lockcheck.history import HistoryWriter, Op, read_history_full
+from lockcheck.history import HistoryError, HistoryWriter, Op, read_history_full
 from lockcheck.intake import GATHER_S, Intake
 from lockcheck.interrupts import sigterm_as_interrupt
 from lockcheck.locks.api import ClientOptions
@@ -345,7 +345,6 @@ class Run:
         t["checkers"] = list(p.workload.checkers)
         t["recovery_keys"] = list(self.key_plan.recovery)
         t["key_params"] = self.key_plan.params
-        t["verdict"] = p.workload.verdict
         t["process_stride"] = self.spec.process_stride
         t["recovery_worker"] = self.spec.concurrency
         t["backend_info"] = {"family": p.backend.family, "client": p.backend.library,
@@ -431,8 +430,8 @@ class Run:
         assert self.cluster is not None
         host = self.cluster.clients[0]
         ctx = ResourceContext(mode=self.spec.resource, workdir=self.cluster.workdir,
-                              run_dir=self.run_dir, t0_ns=self.t0, options=self.spec.extra,
-                              keys=self.keys, clients=self.spec.concurrency + 1,
+                              run_dir=self.run_dir, t0_ns=self.t0, keys=self.keys,
+                              clients=self.spec.concurrency + 1,
                               host=host if isinstance(host, Node) else None,
                               record=self.record, service=self.p.db.client_config())
         self.resource = load(w.resource)(ctx).start()
@@ -594,15 +593,24 @@ class Run:
     def finish(self, interrupted: bool, failure: str | None) -> RunOutcome:
         spec, out = self.spec, self.out
         self.show("checking", force=True)
+        ops: list[Op] = []
+        unreadable = None
         try:
-            read = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True)
-            results = analyze(read.ops, self.test)
+            ops = read_history_full(self.run_dir / store.HISTORY, allow_truncated=True).ops
+            results = analyze(ops, self.test)
+        except (HistoryError, OSError) as e:
+            # nothing can be checked, but the run still ends with its results.json (the
+            # error, the faults, the heal errors) and the CLI's harness-failure exit code
+            unreadable = f"the history could not be read: {e}"
+            results = {"valid": "unknown", "summary": f"unknown: {unreadable}",
+                       "workload": spec.workload, "ops": 0, "checkers": {}, "metrics": {}}
+            failure = unreadable if failure is None else f"{failure}; {unreadable}"
         finally:
             self.display.close()
         for w in [*self.workers, *([self.recovery_worker] if self.recovery_worker else [])]:
             self.errors += w.exit_problem()
-        if self.recovery_worker is not None:
-            results["recovery"] = check_recovery(read.ops, self.test, started=True)
+        if self.recovery_worker is not None and unreadable is None:
+            results["recovery"] = check_recovery(ops, self.test, started=True)
             if results["recovery"]["valid"] is not True:
                 self.errors.append(f"recovery: {results['recovery']['summary']}")
         heal_errors = unique(self.schedule.heal_errors) if self.schedule is not None else []
@@ -618,22 +626,22 @@ class Run:
                 results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
         results["interrupted"] = interrupted
         results["errors"] = self.errors
-        bt = by_type(read.ops)
-        results["stats"] = {"ops": len(read.ops), "by_type": bt,
+        bt = by_type(ops)
+        results["stats"] = {"ops": len(ops), "by_type": bt,
                             "faults": self.schedule.faults if self.schedule else 0,
                             "saves": self.stats.saves}
         store.write_json(self.run_dir / store.RESULTS, results)
         report = None
         try:  # the evidence is on disk already: a report that fails loses nothing
-            if spec.report:
+            if spec.report and unreadable is None:
                 from lockcheck.results.report import write_report  # matplotlib: only now
 
-                report = write_report(self.run_dir, results=results, ops=read.ops)
+                report = write_report(self.run_dir, results=results, ops=ops)
         except Exception as e:
             log.exception("report failed")
             self.errors.append(f"report.html not written: {type(e).__name__}: {e}")
             store.write_json(self.run_dir / store.RESULTS, results)
-        out.write(f"\n{len(read.ops)} history records: {bt.get('ok', 0)} ok, "
+        out.write(f"\n{len(ops)} history records: {bt.get('ok', 0)} ok, "
                   f"{bt.get('fail', 0)} fail, {bt.get('info', 0)} info; "
                   f"{results['stats']['faults']} fault(s) injected\n\n")
         if "recovery" in results:

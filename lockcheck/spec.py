@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 
 from lockcheck.errors import BadInput
 
-RESOURCES = ("fenced", "unfenced")
 # which servers a kill hits, as Jepsen's target specs (nemesis/process.py)
 KILL_TARGETS = ("one-or-minority", "one", "minority", "majority", "all", "holder-quorum")
 PAUSE_AT = ("section", "release", "acquire")  # where client-pause stops a client
@@ -59,7 +58,6 @@ class TestSpec:
     leave_running: bool = False
     report: bool = True  # report.html at the end (`lockcheck check` writes it later)
     subnet: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -4,8 +4,8 @@
  * the lock check only needs, per lock operation, its key, kind, process, lease owner,
  * call and return times and two fences. This module parses the lines and pairs each
  * invoke with its completion as checker/linearizable.py:lock_operations does, step for
- * step, into int64 columns, and keeps the reader's checks (increasing index, no
- * completion without an open invoke).
+ * step, into int64 columns, and keeps the reader's checks (increasing index, and the
+ * process rules: one op in flight per process, nothing after its info).
  *
  * It reads only the common shape of a line: one JSON object of the known fields, ASCII
  * strings without escapes, integers of at most 18 digits, a value that is null, a
@@ -26,6 +26,7 @@ static const char *WELL_KNOWN[S_WELL_KNOWN] = {"invoke", "ok", "fail", "info", "
                                                 "acquire", "release", "renew", "nemesis"};
 
 #define NONE_ID (-1)
+#define RETIRED (-1) /* a process after its info: it may issue nothing more */
 #define TAG_LIMIT ((int64_t)1 << 60) /* ints tagged into one int64 must fit */
 
 /* flags of a lock op */
@@ -174,7 +175,7 @@ typedef struct {
     uint64_t *shash;
     int64_t *stab; /* id + 1, 0 empty */
     size_t stab_cap, n_str, sbytes_cap;
-    Map open;    /* the reader's open invokes: (process tag, f id) -> 1 */
+    Map open;    /* the process rules: (process tag, 0) -> f id in flight, or RETIRED */
     Map pending; /* lock invokes: (process tag, f id) -> pool slot */
     Map grants;  /* (key id, lease tag) -> grant slot */
     Col pool[N_P];
@@ -340,14 +341,21 @@ static int emit(Scanner *s, const int64_t *rec, const Line *comp) {
     return 0;
 }
 
-/* 0 done, 1 the index does not increase, 2 a completion with no open invoke, -1 error.
- * Nothing changes unless 0 is returned. */
+/* 0 done, 1 the index does not increase, -1 error, or a process rule broken (the codes
+ * of history.py's ProcessRules): 2 a completion with no open invoke of its process and
+ * f, 3 an invoke while its process has an op in flight, 4 an op after its process's
+ * info. Nothing changes unless 0 is returned. */
 static int process(Scanner *s, const Line *ln) {
     if (ln->index <= s->last_index)
         return 1;
     int client = ln->type != S_EVENT && ln->proc != tag_int(S_NEMESIS, 1);
-    if (client && ln->type != S_INVOKE && map_get(&s->open, ln->proc, ln->f) == NULL)
-        return 2;
+    if (client) {
+        const int64_t *st = map_get(&s->open, ln->proc, 0);
+        if (st != NULL && *st == RETIRED)
+            return 4;
+        if (ln->type == S_INVOKE ? st != NULL : (st == NULL || *st != ln->f))
+            return ln->type == S_INVOKE ? 3 : 2;
+    }
     s->last_index = ln->index;
     s->n_ops++;
     if (client) {
@@ -355,11 +363,11 @@ static int process(Scanner *s, const Line *ln) {
             if (col_push(&s->fcount, 0) < 0)
                 return -1;
         s->fcount.d[ln->f]++;
-        if (ln->type == S_INVOKE) {
-            if (map_put(&s->open, ln->proc, ln->f, 1) < 0)
+        if (ln->type == S_INVOKE || ln->type == S_INFO) {
+            if (map_put(&s->open, ln->proc, 0, ln->type == S_INVOKE ? ln->f : RETIRED) < 0)
                 return -1;
         } else {
-            map_del(&s->open, ln->proc, ln->f, NULL);
+            map_del(&s->open, ln->proc, 0, NULL);
         }
     }
     int lock = (ln->f == S_ACQUIRE || ln->f == S_RELEASE || ln->f == S_RENEW) &&

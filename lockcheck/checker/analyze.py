@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from lockcheck.checker.api import CheckOptions, check_safe
+from lockcheck.checker.api import check_safe, options_for
 from lockcheck.errors import BadInput
 from lockcheck.history import Op, read_history_full
-from lockcheck.results.store import HISTORY, TEST, history_file
-
-
-def options_for(test: dict[str, Any], *, timeout: float | None = None,
-                html_dir: Path | None = None) -> CheckOptions:
-    return CheckOptions(
-        workload=str(test.get("workload", "mutex")),
-        resource=str(test.get("resource", "fenced")),
-        ttl_ms=test.get("ttl_ms"),
-        clock_drift=float(test.get("clock_drift", 0.01)),
-        timeout_s=timeout if timeout is not None else 60.0,
-        html_dir=html_dir,
-    )
+from lockcheck.results.store import load_test, resolve_history
 
 
 def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None,
@@ -38,7 +25,7 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
     if unknown:
         raise BadInput(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
     results = {n: check_safe(n, CHECKERS[n], ops, opts) for n in names}
-    valid, why = run_verdict(str(test.get("verdict") or opts.workload), results)
+    valid, why = run_verdict(opts.workload, results)
     if valid is not False and not any(o.f == "acquire" and o.type == "ok" for o in ops):
         # nothing was ever held, so nothing was tested: that is not a pass
         valid, why = "unknown", "no lock was ever acquired: nothing was tested"
@@ -51,20 +38,6 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
         if notes["unmapped_errors"]:
             out["summary"] = f"{why}; {notes['notes'][-1]}"
     return out
-
-
-def load_test(path: Path) -> dict[str, Any]:
-    """test.json of a run directory (or beside a history file); {} if there is none."""
-    p = path / TEST if path.is_dir() else path.parent / TEST
-    if not p.exists():
-        return {}
-    try:
-        data = json.loads(p.read_text())
-    except ValueError as e:
-        raise BadInput(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{p}: expected a JSON object")
-    return data
 
 
 def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
@@ -83,11 +56,7 @@ def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
 
         return check_external(path, model=model, fmt=fmt, timeout=timeout, html_dir=html_dir,
                               allow_truncated=allow_truncated, initial=initial)
-    if not path.exists():
-        raise BadInput(f"{path}: no such file or directory")
-    history = history_file(path) if path.is_dir() else path
-    if not history.is_file():
-        raise BadInput(f"{path}: not a run directory (no {HISTORY}) nor a history file")
+    history = resolve_history(path)
     test = load_test(path)
     read = read_history_full(history, allow_truncated=allow_truncated)
     result = analyze(read.ops, test, timeout=timeout, html_dir=html_dir)

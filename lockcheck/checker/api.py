@@ -16,21 +16,37 @@ from typing import Any
 
 from lockcheck.history import Op
 
+# how long a search-based check may run, by default (a search is never unbounded)
+DEFAULT_TIMEOUT_S = 60.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckOptions:
     """What checkers may need besides the history; all of it is plain data."""
 
-    workload: str = "mutex"  # "mutex" or "fenced"
-    resource: str = "fenced"  # the protected resource's mode: "fenced" or "unfenced"
+    workload: str = "mutex"  # the workload's name (workloads/registry.py)
+    resource: str = "fenced"  # the protected resource's mode (the run's --resource)
     ttl_ms: int | None = None  # lease TTL; histories also carry it on acquire/renew invokes
     clock_drift: float = 0.01  # e: clock-rate bound for lease-safety
-    timeout_s: float | None = 60.0  # per search-based checker
+    timeout_s: float | None = DEFAULT_TIMEOUT_S  # per search-based checker
     html_dir: Path | None = None  # where visualizations of failed checks go
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 Checker = Callable[[list[Op], CheckOptions], dict[str, Any]]
+
+
+def options_for(test: dict[str, Any], *, timeout: float | None = None,
+                html_dir: Path | None = None) -> CheckOptions:
+    """The options of a run's check, from its test.json."""
+    return CheckOptions(
+        workload=str(test.get("workload", "mutex")),
+        resource=str(test.get("resource", "fenced")),
+        ttl_ms=test.get("ttl_ms"),
+        clock_drift=float(test.get("clock_drift", 0.01)),
+        timeout_s=timeout if timeout is not None else DEFAULT_TIMEOUT_S,
+        html_dir=html_dir,
+    )
 
 
 def check_safe(name: str, checker: Checker, ops: list[Op], opts: CheckOptions) -> dict[str, Any]:

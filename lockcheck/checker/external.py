@@ -47,8 +47,7 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lockcheck.checker.analyze import load_test, options_for
-from lockcheck.checker.api import check_safe
+from lockcheck.checker.api import DEFAULT_TIMEOUT_S, check_safe, options_for
 from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
 from lockcheck.checker.linearizable import (
     LOCK_FS,
@@ -73,7 +72,7 @@ from lockcheck.checker.porcupine import (
 from lockcheck.checker.porcupine.models import cas_register, kv, multi_register, register
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError, Op, pair_ops, read_history_full
-from lockcheck.results.store import history_file
+from lockcheck.results.store import load_test, resolve_history
 
 FORMATS = ("lockcheck", "jepsen-edn", "porcupine-etcd", "porcupine-kv")
 LOCK_MODELS = ("mutex", "fenced-mutex")
@@ -91,7 +90,6 @@ UNDERSTANDS: dict[str, frozenset[str]] = {
 IGNORED: dict[tuple[str, str], frozenset[str]] = {
     ("lockcheck", m): frozenset({"write"}) for m in LOCK_MODELS
 }
-DEFAULT_TIMEOUT_S = 60.0
 
 _MODELS_FOR: dict[str, tuple[str, ...]] = {
     "lockcheck": LOCK_MODELS,
@@ -367,8 +365,8 @@ def check_external(
     initial: Any = None,
 ) -> dict[str, Any]:
     """Check one history file; see the module doc. Raises HistoryError on unreadable
-    or malformed input and BadInput on an unknown format or model. ``timeout`` None
-    means the default of 60 s per search (a search is never unbounded). ``initial`` is
+    or malformed input and BadInput on a missing path, an unknown format or model.
+    ``timeout`` None means DEFAULT_TIMEOUT_S per search. ``initial`` is
     the registers' initial value (register models only; None: nil).
 
     A check that would look at none of the history's ops, or leave a whole kind of op
@@ -376,13 +374,7 @@ def check_external(
     t0 = time.monotonic()
     if timeout is None:
         timeout = DEFAULT_TIMEOUT_S
-    path = Path(path)
-    if path.is_dir():
-        if not history_file(path).is_file():
-            raise HistoryError(path, 0, "a directory without history.jsonl")
-        path = history_file(path)  # a published run's is compressed
-    if not path.exists():
-        raise HistoryError(path, 0, "no such file")
+    path = resolve_history(Path(path))
     if fmt is None:
         fmt = infer_format(path)
     if fmt not in FORMATS:

@@ -32,7 +32,7 @@ from lockcheck.history import (
     _loads,
     op_from_json,
     open_packed,
-    orphan_message,
+    rule_message,
 )
 
 try:  # built by `pip install` where a C compiler is there
@@ -218,6 +218,6 @@ def _slow_line(sc: Any, raw: bytes, path: str, allow_truncated: bool) -> int | N
         raise _Unsupported from None
     if code == 1:
         raise HistoryError(path, n, f"index {op.index} does not increase")
-    if code == 2:
-        raise HistoryError(path, n, orphan_message(op))
+    if code:  # a process rule (history.ProcessRules), by the same code
+        raise HistoryError(path, n, rule_message(code, op.process, op.type, op.f))
     return None

@@ -9,6 +9,7 @@ from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.lock_set import check_lock_set
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
 from lockcheck.checker.settlement import check_settlement
+from lockcheck.workloads.registry import WORKLOADS
 
 CHECKERS: dict[str, Checker] = {
     "mutual-exclusion": check_mutual_exclusion,
@@ -19,9 +20,6 @@ CHECKERS: dict[str, Checker] = {
     "settlement": check_settlement,
 }
 
-# for histories whose test.json names no checkers (runs written before it did)
-DEFAULT_CHECKERS: dict[str, list[str]] = {
-    "mutex": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
-    "fenced": ["mutual-exclusion", "fencing", "lease-safety", "linearizable"],
-    "lock-set": ["mutual-exclusion", "fencing", "lease-safety", "linearizable", "lock-set"],
-}
+# for histories whose test.json names no checkers (runs written before it did): the
+# workload's own list
+DEFAULT_CHECKERS: dict[str, list[str]] = {name: list(w.checkers) for name, w in WORKLOADS.items()}

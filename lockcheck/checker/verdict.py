@@ -1,10 +1,12 @@
 """The run's verdict: one of True, False, "unknown", and a one-line explanation.
 
-- `mutex` workload: the lock itself is on trial. Every checker decides (Jepsen's
+Each workload names its rule (`Workload.verdict`, workloads/registry.py); the rules are:
+
+- `lock_verdict` (the lock is on trial, `mutex`): every checker decides (Jepsen's
   merge-valid: False beats "unknown" beats True).
-- `fenced` workload: the lock and the protected resource are both on trial. A lock
-  checker (mutual exclusion, lease safety, linearizable) that failed makes the run
-  invalid, and the text says whether the lock alone failed (the resource held: no
+- `fenced_verdict` (the lock and the protected resource are both on trial, `fenced`):
+  a lock checker (mutual exclusion, lease safety, linearizable) that failed makes the
+  run invalid, and the text says whether the lock alone failed (the resource held: no
   stale write accepted) or the lock and the resource. The resource alone decides when
   the lock checkers passed or could not decide: corrupted is invalid, protected is
   valid, no fencing result or no write at it is "unknown". A backend that issues no
@@ -12,24 +14,29 @@
   decide. A *save* is a write refused from a holder that had lost the lock; a write
   of a current holder refused because the fences went backwards is a *fence
   regression*, counted apart (it is lost work, not a rescue).
-- `lock-set` and `settlement` workloads: the resource is on trial, and its checker
+- `lock_set_verdict`, `settlement_verdict` (the resource is on trial): its checker
   decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
   the final set is a lost update); overlapping critical sections are reported as the
   cause.
 
-In `mutex`, a checker that could not decide ("unknown") makes the verdict "unknown"
-unless another is False; in `fenced`, only the fencing checker can. A checker that
-found nothing of its kind to check (``nothing_checked``: no critical sections, no
-fences) abstains, and the others decide; when every checker abstains, or there are
-no results at all, the verdict is "unknown". Nothing checked is never valid: in
-`fenced`, a run in which no write reached the resource is "unknown" too.
+Under `lock_verdict`, a checker that could not decide ("unknown") makes the verdict
+"unknown" unless another is False; under `fenced_verdict`, only the fencing checker can.
+A checker that found nothing of its kind to check (``nothing_checked``: no critical
+sections, no fences) abstains, and the others decide; when every checker abstains, or
+there are no results at all, the verdict is "unknown". Nothing checked is never valid:
+under `fenced_verdict`, a run in which no write reached the resource is "unknown" too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lockcheck.exitcodes import merge_valid
+from lockcheck.registry import load
+from lockcheck.workloads.registry import WORKLOADS
+
+Verdict = Callable[[dict[str, dict[str, Any]]], tuple[object, str]]
 
 MUTEX = "mutual-exclusion"
 FENCING = "fencing"
@@ -108,7 +115,7 @@ def _abstains(r: dict[str, Any]) -> bool:
     return bool(r.get("nothing_checked")) and r.get("valid") not in (True, False)
 
 
-def _mutex_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+def lock_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     idle = {n: r for n, r in results.items() if _abstains(r)}
     results = {n: r for n, r in results.items() if n not in idle}
     if not results:
@@ -161,7 +168,7 @@ def _resource_held(fe: dict[str, Any]) -> str:
     return text
 
 
-def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+def fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     """The lock and the resource are both on trial: a lock checker that failed makes the
     run invalid, and the text says whether the resource held, failed too or could not
     refuse (no fence)."""
@@ -187,7 +194,7 @@ def _fenced_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
               f"{_n(_count(fe, 'unfenced_rejections'), 'write')}, none carried a fence)")
         if lock:
             return False, f"the lock failed; {nf}: {lock_text}{tail}"
-        valid, text = _mutex_verdict({n: r for n, r in results.items() if n != FENCING})
+        valid, text = lock_verdict({n: r for n, r in results.items() if n != FENCING})
         return valid, f"{text}; {nf}"
     if decisive is not True:
         if lock:
@@ -221,15 +228,22 @@ def _decided_by(name: str, results: dict[str, dict[str, Any]]) -> tuple[object, 
     return True, f"{r.get('summary', name + ' passed')}{tail}"
 
 
+def lock_set_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    return _decided_by(LOCK_SET, results)
+
+
+def settlement_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    return _decided_by("settlement", results)
+
+
 def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:
-    """Combine checker results (by checker name) into (valid, one-line explanation)."""
+    """Combine checker results (by checker name) into (valid, one-line explanation), by
+    the rule the workload names."""
     if not results:
         return "unknown", "unknown: no checker results"
-    if workload == "fenced":
-        return _fenced_verdict(results)
-    if workload in (LOCK_SET, "settlement"):
-        return _decided_by(workload, results)
-    if workload != "mutex":
-        valid, text = _mutex_verdict(results)
+    w = WORKLOADS.get(workload)
+    if w is None:
+        valid, text = lock_verdict(results)
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"
-    return _mutex_verdict(results)
+    rule: Verdict = load(w.verdict)
+    return rule(results)

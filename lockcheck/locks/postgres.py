@@ -1,4 +1,4 @@
-"""PostgreSQL locks through psycopg 3: the brief's lease table, and session advisory locks.
+"""PostgreSQL locks through psycopg 3: a lease table, and session advisory locks.
 
 psycopg has no lock helper; locks are SQL, so this module is the SQL people write.
 
@@ -265,7 +265,7 @@ def session_params(config: Mapping[str, Any], opts: ClientOptions) -> dict[str, 
 
 
 class LeaseTableClient:
-    """The brief's lease table: expiry by the server's clock, a fence per grant."""
+    """A lease table: expiry by the server's clock, a fence per grant."""
 
     def __init__(self, session: Session, *, ttl_ms: int, drift: float) -> None:
         self.session, self.ttl_ms, self.drift = session, ttl_ms, drift

@@ -9,7 +9,7 @@ turn a grant into "busy", and the history must show what was really sent.
 Two instructive variants (backend options) change one thing each:
 
 * `release: "get-del"`: release by GET, compare in the client, then DEL, as two round
-  trips without Lua (the brief's "latent outage"). A holder stalled between the two
+  trips without Lua (a "latent outage"). A holder stalled between the two
   deletes whatever lock is there by then, someone else's included.
 * `ttl: False`: SET NX without PX (redis-py's default `timeout=None`). Nothing expires,
   so a paused holder keeps the lock, but a lost release or a dead holder keeps it

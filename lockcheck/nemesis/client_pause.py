@@ -1,6 +1,6 @@
 """The client pause: SIGSTOP a worker while it holds a lock, for longer than its TTL.
 
-The brief's GC pause, Kleppmann's scenario A: the holder stops (its renewals too: every
+The GC pause, Kleppmann's scenario A: the holder stops (its renewals too: every
 thread of the process stops), its lease expires, another client is granted the lock,
 and the holder wakes up believing it still holds it. No lock service can prevent
 this; only a resource that checks the fence can. The victim is chosen from the live

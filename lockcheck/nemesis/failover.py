@@ -1,7 +1,7 @@
 """Failover on demand: the service itself changes its primary or drops its sessions.
 
 `redis-sentinel`: ask the Sentinels to fail over (the old primary's writes that did not
-reach the new one are lost: the brief's "a replica failover can hand the same lock to
+reach the new one are lost: "a replica failover can hand the same lock to
 two owners"); `postgres`: terminate the backends of the sessions that hold locks. The
 database does it (`cluster.api.CanFailover`); nothing is left to heal afterwards.
 """

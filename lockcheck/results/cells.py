@@ -21,6 +21,8 @@ from typing import Any
 
 from lockcheck.checker.verdict import LOCK_CHECKERS, refusals
 from lockcheck.results import store
+from lockcheck.workloads.api import Trial
+from lockcheck.workloads.registry import on_trial
 
 # worst first; a cell takes the first of these any of its runs has (see CellView.status)
 STATUS_ORDER = ("unsafe", "safe", "error", "unknown", "refused")
@@ -43,8 +45,8 @@ def _num(v: Any) -> float | None:
 
 def workload_label(test: Mapping[str, Any]) -> str:
     w = str(test.get("workload", "?"))
-    return f"{w} (unfenced resource)" if w == "fenced" and test.get("resource") == "unfenced" \
-        else w
+    unfenced = on_trial(w) == "lock+resource" and test.get("resource") == "unfenced"
+    return f"{w} (unfenced resource)" if unfenced else w
 
 
 def nemesis_label(nemesis: Any) -> str:
@@ -64,6 +66,7 @@ class Run:
     workload: str  # label: mutex, fenced, "fenced (unfenced resource)"
     nemesis: str  # "none" or names joined by "+"
     status: str  # safe / unsafe / unknown / error / refused
+    trial: Trial = "lock"  # what its workload puts on trial (Workload.on_trial)
     dir: Path | None = None
     log: Path | None = None
     source: str = ""  # the results folder it came from (a shard)
@@ -148,6 +151,7 @@ def read_run(d: Path, source: str = "") -> Run:
     results = read_results(d)
     seed = test.get("seed")
     run = Run(backend=str(test.get("backend", "?")), workload=workload_label(test),
+              trial=on_trial(str(test.get("workload"))),
               nemesis=nemesis_label(test.get("nemesis")), status="error", dir=d,
               source=source, started=str(test.get("started", "")),
               time_limit=test.get("time_limit"), versions=dict(test.get("versions") or {}),
@@ -170,7 +174,7 @@ def apply_results(run: Run, results: Mapping[str, Any]) -> None:
     run.counts = _counts(checkers)
     fe = checkers.get("fencing") or {}
     run.saves, run.regressions = refusals(fe)
-    run.no_fence = (run.workload.startswith("fenced") and _int(fe.get("unfenced_rejections")) > 0
+    run.no_fence = (run.trial == "lock+resource" and _int(fe.get("unfenced_rejections")) > 0
                     and not _int(fe.get("accepted")) and not _int(fe.get("saves")))
     run.lock_failed = any((checkers.get(n) or {}).get("valid") is False for n in LOCK_CHECKERS)
     run.resource_failed = fe.get("resource_valid") is False
@@ -276,7 +280,7 @@ class CellView:
     def lines(self) -> list[str]:
         """The cell's text, line by line (the page adds the verdict mark and links)."""
         lines = [self.headline()]
-        fenced = any(r.workload.startswith("fenced") for r in self.runs)
+        fenced = any(r.trial == "lock+resource" for r in self.runs)
         if self.status == "unsafe":
             times = sorted(r.first_violation_s for r in self.unsafe
                            if r.first_violation_s is not None)

@@ -25,6 +25,7 @@ from lockcheck.results import store
 from lockcheck.results.cells import CellView, Run, nemesis_label, order, read_run
 from lockcheck.results.html import esc, page
 from lockcheck.results.matrix import MATRIX, MATRIX_DIR
+from lockcheck.workloads.registry import on_trial
 
 INDEX, MARKDOWN = "index.html", "report.md"
 RUN_PAGE = "run.html"  # a published run's own page, where it has no full report
@@ -97,6 +98,7 @@ def collect(root: Path, source: str = "") -> list[Run]:
                 runs = [r for r in runs if r.dir is None or r.dir.resolve() != rd]
             status = c.get("status") if c.get("status") in ("refused", "unsafe") else "error"
             runs.append(Run(backend=str(c.get("backend")), workload=str(c.get("workload")),
+                            trial=on_trial(str(c.get("workload"))),
                             nemesis=nemesis_label(c.get("nemesis")), status=status,
                             dir=rd if rd is not None and rd.exists() else None,
                             log=base / c["log"] if c.get("log") else None, source=source,
@@ -212,7 +214,7 @@ def overview(c: Comparison) -> Overview:
         ov = sum(1 for r in cell.runs if r.counts.get("overlaps"))
         if ov:
             lost.setdefault(b, []).append(n)
-        if w.startswith("fenced") and ov:
+        if ov and any(r.trial == "lock+resource" for r in cell.runs):
             stale = cell.total("stale")
             if stale:
                 not_caught.append(f"{b} under {n} ({_plural(stale, 'stale write', 'stale writes')}"

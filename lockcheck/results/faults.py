@@ -43,9 +43,6 @@ class FaultWindow:
     def seconds(self) -> float:
         return (self.end - self.start) / 1e9
 
-    def covers(self, t: int) -> bool:
-        return self.start <= t < self.end or (self.start == self.end == t)
-
     def to_json(self) -> dict[str, Any]:
         return {"fault": self.fault, "start": self.start, "end": self.end,
                 "targets": list(self.targets), "detail": self.detail, "closed": self.closed}

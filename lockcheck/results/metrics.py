@@ -1,4 +1,4 @@
-"""The brief's "Instrument it" metrics, computed from a history with pandas.
+"""The metrics to instrument a lock with, computed from a history with pandas.
 
 `compute_metrics(ops, test)` is a pure function of the history and test.json. It
 returns plain JSON data (`results.json["metrics"]`):

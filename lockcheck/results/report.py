@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lockcheck import __version__
-from lockcheck.checker.analyze import analyze, load_test
+from lockcheck.checker.analyze import analyze
 from lockcheck.checker.intervals import critical_sections
 from lockcheck.checker.verdict import refusals
 from lockcheck.errors import BadInput
@@ -30,6 +30,7 @@ from lockcheck.results.html import badge, esc, page, table, verdict_class
 from lockcheck.results.metrics import compute_metrics, lock_frame
 from lockcheck.results.progress import checker_detail, verdict_word
 from lockcheck.results.timeline import timeline_data
+from lockcheck.workloads.registry import on_trial
 
 REPORT = "report.html"
 LINEARIZABLE_DIR = "linearizable"
@@ -76,7 +77,7 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
     saves, regressed = refusals(fe or {})
     stale = _count(fe, "stale_accepted_count")
     interleaved = _count(fe, "interleaved_count")
-    workload = str(test.get("workload", results.get("workload", "mutex")))
+    trial = on_trial(str(test.get("workload", results.get("workload", "mutex"))))
     resource = str(test.get("resource", "fenced"))
     out = []
     if overlaps:
@@ -88,7 +89,7 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
                 "none overlapping.")
     else:
         lead = ""
-    if workload == "fenced":
+    if trial == "lock+resource":
         if stale or interleaved:
             out.append(f"{lead} <b>{_n(stale + interleaved, 'stale write')} reached the "
                        f"resource</b> ({resource} resource): the overlap corrupted the data.")
@@ -99,19 +100,19 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
                        + (" where the lock alone did not." if overlaps else "."))
         elif lead:
             out.append(f"{lead} No stale write reached the resource.")
-    if workload == "fenced" and regressed:
+    if trial == "lock+resource" and regressed:
         out.append(f"<b>{_n(regressed, 'write')} of a current holder "
                    f"{'was' if regressed == 1 else 'were'} refused because the fence went "
                    "backwards</b> (fence regressions: the service's counter restarted "
                    "lower): not a save; that work was lost, an outage of the resource.")
-    if workload == "fenced" and _count(fe, "unfenced_rejections") and not \
+    if trial == "lock+resource" and _count(fe, "unfenced_rejections") and not \
             _count(fe, "accepted") and not saves:
         out.append("No fence: the backend issues no fence token, so the resource cannot "
                    "refuse a stale write; it refused every write instead.")
-    if workload != "fenced" and lead:
+    if trial != "lock+resource" and lead:
         tail = (" Nothing in this workload checks a fence, so each overlap is a chance of a "
                 "double write; run it with <code>--workload fenced</code> to see whether a "
-                "fenced resource catches it." if overlaps else "")
+                "fenced resource catches it." if overlaps and trial == "lock" else "")
         out.append(lead + tail)
     n_lease = _count(ls, "violation_count")
     if n_lease:
@@ -302,7 +303,7 @@ def _linearizable_html(run_dir: Path, ops: list[Op], test: dict[str, Any],
     existing = sorted(out_dir.glob("linearizable-*.html")) if out_dir.is_dir() else []
     if existing:
         return existing
-    from lockcheck.checker.analyze import options_for
+    from lockcheck.checker.api import options_for
     from lockcheck.checker.linearizable import check_linearizable
 
     try:
@@ -403,7 +404,7 @@ def render_report(run_dir: Path, test: dict[str, Any], ops: list[Op],
                        for n in client.get("notes") or []) + problems
     acq_total = (metrics.get("acquire") or {}).get("attempts", 0)
     resource = (f" · resource <b>{esc(test.get('resource', '?'))}</b>"
-                if test.get("workload") == "fenced" else "")
+                if on_trial(str(test.get("workload"))) != "lock" else "")
     body = f"""
 <header class="top"><h1>{esc(name)}</h1>{badge(valid, verdict_word(valid))}</header>
 <p class="muted small">backend <b>{esc(test.get("backend", "?"))}</b> · workload
@@ -445,7 +446,7 @@ def write_report(run_dir: Path, *, results: Mapping[str, Any] | None = None,
     run_dir = Path(run_dir)
     if not store.is_run_dir(run_dir):
         raise BadInput(f"{run_dir}: not a run directory (no {store.HISTORY})")
-    test = load_test(run_dir)
+    test = store.load_test(run_dir)
     if ops is None:
         ops = read_history_full(store.history_file(run_dir), allow_truncated=True).ops
     if results is None:

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lockcheck.errors import BadInput
+
 HISTORY = "history.jsonl"
 HISTORY_GZ = "history.jsonl.gz"
 HISTORY_XZ = "history.jsonl.xz"
@@ -69,6 +71,33 @@ def history_file(run_dir: Path) -> Path:
         if (run_dir / name).exists():
             return run_dir / name
     return run_dir / HISTORY
+
+
+def resolve_history(path: Path) -> Path:
+    """The history a path names: the file itself, or a run folder's history (a
+    published run's compressed one). Raises BadInput."""
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return path
+    history = history_file(path)
+    if not history.is_file():
+        raise BadInput(f"{path}: not a run directory (no {HISTORY}) nor a history file")
+    return history
+
+
+def load_test(path: Path) -> dict[str, Any]:
+    """test.json of a run directory (or beside a history file); {} if there is none."""
+    p = path / TEST if path.is_dir() else path.parent / TEST
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as e:
+        raise BadInput(f"{p}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{p}: expected a JSON object")
+    return data
 
 
 def is_run_dir(path: Path) -> bool:

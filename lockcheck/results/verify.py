@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockcheck.checker.analyze import analyze, load_test
+from lockcheck.checker.analyze import analyze
 from lockcheck.history import HistoryError, read_history_full
 from lockcheck.results import store
 
@@ -48,7 +48,7 @@ def recheck(run_dir: Path) -> Recheck:
         ops = read_history_full(history, allow_truncated=True).ops
     except HistoryError as e:
         return Recheck(run_dir, published, None, f"history unreadable: {e}")
-    valid = analyze(ops, load_test(run_dir), metrics=False)["valid"]
+    valid = analyze(ops, store.load_test(run_dir), metrics=False)["valid"]
     if results.get("failure") and valid is True:
         valid = "unknown"  # as the run itself decides (runner.finish)
     return Recheck(run_dir, published, valid)

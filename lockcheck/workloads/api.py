@@ -14,10 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from lockcheck.cluster.api import Node
+
+# What a run of a workload puts on trial. "lock": only the lock's checkers decide.
+# "lock+resource": the lock and the resource it protects are judged apart, and a report
+# says which failed (the fenced workload). "resource": the resource's own checker decides,
+# and the lock's failures are its cause.
+Trial = Literal["lock", "lock+resource", "resource"]
 
 # A body returns None when the section ran to its end, or why it stopped early:
 # "not-owner" (a renew was refused), "lease-expired" (its own lease clock ran out),
@@ -71,7 +77,6 @@ class ResourceContext:
     workdir: Path  # the run's temp folder on the controller (sockets)
     run_dir: Path  # the results folder (the resource's own log goes here)
     t0_ns: int
-    options: Mapping[str, Any]
     keys: Sequence[str] = ()  # the lock names of the run
     clients: int = 0  # how many workers will connect
     # where the resource may run processes of its own (a server), so that they go
@@ -101,7 +106,10 @@ class Workload:
     description: str
     body: str  # "module:function", called in the worker as body(section) -> Reason
     checkers: tuple[str, ...]  # run at the end, by name (checker/registry.py)
-    verdict: str  # the rule that turns checker results into the verdict (checker/verdict.py)
+    # "module:function", called as verdict(results) -> (valid, one-line explanation): the
+    # rule that turns the checkers' results (by name) into the run's verdict
+    verdict: str
+    on_trial: Trial  # what a failure indicts: the lock, the lock and a resource, a resource
     resource: str | None = None  # "module:factory": factory(ResourceContext) -> Resource
     resource_client: str | None = None  # "module:factory": factory(config, timeout_s) -> client
     resources: tuple[str, ...] = ("fenced", "unfenced")  # the --resource modes it takes

@@ -4,7 +4,7 @@ The resource (`workloads/resource.py`) is on trial: with `--resource fenced` it 
 write whose fence is not above every fence it accepted for the key, so a stale holder
 cannot corrupt it even when the lock let two clients in.
 
-The client does what the brief's example does: it works until a renewal is refused
+The client does what the textbook fenced client does: it works until a renewal is refused
 (or its library says the lock is gone), then writes with its fence and leaves the
 decision to the resource. It does not look at its own lease clock before the write:
 such a check cannot close the window anyway (a pause can land right after it), and

@@ -8,7 +8,7 @@
     pareto:50:1.5             at least 50 ms, tail index 1.5 (smaller: heavier tail);
                               capped at 20x the minimum unless given: pareto:50:1.5:5000
 
-The brief's advice is to set the TTL from the measured p99 hold time; a long tail is
+The usual advice is to set the TTL from the measured p99 hold time; a long tail is
 what makes a fixed TTL too short now and then (a holder still working when its lease
 runs out), so it is worth testing on purpose. The cap keeps a run's end bounded: the
 runner waits up to the longest hold for the workers to leave their sections.

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from lockcheck.errors import BadInput
-from lockcheck.workloads.api import Workload
+from lockcheck.workloads.api import Trial, Workload
 
 _LOCK_CHECKERS = ("mutual-exclusion", "fencing", "lease-safety", "linearizable")
+_VERDICTS = "lockcheck.checker.verdict"
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -15,7 +16,7 @@ WORKLOADS: dict[str, Workload] = {
             description="acquire, hold for --hold-ms (renewing every TTL/3), release; "
                         "the lock is on trial",
             body="lockcheck.workloads.mutex:body",
-            checkers=_LOCK_CHECKERS, verdict="mutex",
+            checkers=_LOCK_CHECKERS, verdict=f"{_VERDICTS}:lock_verdict", on_trial="lock",
         ),
         Workload(
             name="fenced",
@@ -25,7 +26,8 @@ WORKLOADS: dict[str, Workload] = {
             body="lockcheck.workloads.fenced:body",
             resource="lockcheck.workloads.resource:start_resource",
             resource_client="lockcheck.workloads.resource:ResourceClient",
-            checkers=_LOCK_CHECKERS, verdict="fenced",
+            checkers=_LOCK_CHECKERS, verdict=f"{_VERDICTS}:fenced_verdict",
+            on_trial="lock+resource",
         ),
         Workload(
             name="lock-set",
@@ -35,7 +37,8 @@ WORKLOADS: dict[str, Workload] = {
             body="lockcheck.workloads.lock_set:body",
             resource="lockcheck.workloads.set_store:start_store",
             resource_client="lockcheck.workloads.set_store:set_client",
-            checkers=(*_LOCK_CHECKERS, "lock-set"), verdict="lock-set",
+            checkers=(*_LOCK_CHECKERS, "lock-set"), verdict=f"{_VERDICTS}:lock_set_verdict",
+            on_trial="resource",
             # etcd-txn: the sets in etcd, each write guarded by the writer's lock key
             resources=("fenced", "unfenced", "etcd-txn"),
             resource_families={"etcd-txn": "etcd"},
@@ -50,7 +53,8 @@ WORKLOADS: dict[str, Workload] = {
             resource="lockcheck.workloads.settlement:start_store",
             resource_client="lockcheck.workloads.settlement:SettlementClient",
             checkers=("settlement", "mutual-exclusion", "lease-safety", "linearizable"),
-            verdict="settlement", resources=("idempotent", "fenced", "unfenced"),
+            verdict=f"{_VERDICTS}:settlement_verdict", on_trial="resource",
+            resources=("idempotent", "fenced", "unfenced"),
             keys="lockcheck.workloads.settlement:plan",
             pick="lockcheck.workloads.settlement:pick",
         ),
@@ -63,3 +67,10 @@ def workload(name: str) -> Workload:
         return WORKLOADS[name]
     except KeyError:
         raise BadInput(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}") from None
+
+
+def on_trial(name: str) -> Trial:
+    """What a run of workload `name` puts on trial; the lock for a workload this version
+    does not know (a run written by another one)."""
+    w = WORKLOADS.get(name)
+    return w.on_trial if w is not None else "lock"

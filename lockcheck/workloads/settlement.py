@@ -1,4 +1,4 @@
-"""The `settlement` workload: the brief's payments case, with PostgreSQL as the resource.
+"""The `settlement` workload: the payments case, with PostgreSQL as the resource.
 
 Each lock name is one merchant-day (`settle:m3:2026-09-16`); each must be settled
 exactly once. Every worker runs the same scheduler: pick a merchant, ask the store
@@ -12,8 +12,8 @@ second worker out, so a paused holder that wakes up after its lease expired sett
 again, unless a layer underneath stops it. `--resource` picks the layers:
 
 * `unfenced`: the lock only;
-* `fenced`: the lock and its fence (`UPDATE settlements ... WHERE fence < $f`: the
-  brief's "0 rows updated: the stale writer is silently rejected");
+* `fenced`: the lock and its fence (`UPDATE settlements ... WHERE fence < $f`: "0
+  rows updated: the stale writer is silently rejected");
 * `idempotent`: both, and an idempotency key (a unique constraint on the payment's
   merchant-day: a second payment is a constraint violation, not a second transfer).
 

@@ -76,8 +76,10 @@ def _odd_history(rng: random.Random, n: int, big: bool) -> list[str]:
     (with `big`, numbers too big for its columns too)."""
     lines: list[str] = []
     index = 0
+    procs: list[Any] = [1, 2, 3, "wörker", "p\"q", 2**61 if big else -4]
     for i in range(n):
-        proc: Any = rng.choice([1, 2, 3, "wörker", "p\"q", 2**61 if big else -4])
+        slot = rng.randrange(len(procs))
+        proc = procs[slot]
         key = rng.choice(["k", "k", "ké", "k\\n", None])
         f = rng.choice(["acquire", "acquire", "renew", "release", "write"])
         fence = i + 1
@@ -96,6 +98,8 @@ def _odd_history(rng: random.Random, n: int, big: bool) -> list[str]:
         lines.append(_line(index, time=t + 5, process=proc, type=typ, f=f, key=key, value=out,
                            error="busy" if typ == "fail" else None))
         index += 1
+        if typ == "info":  # the id is retired: the worker goes on as another process
+            procs[slot] = proc + 100 if type(proc) is int else proc + "'"
         if rng.random() < 0.1:
             lines.append(_line(index, time=t + 6, process="nemesis", type="info",
                                f="start", key=None, value=None))
@@ -103,7 +107,7 @@ def _odd_history(rng: random.Random, n: int, big: bool) -> list[str]:
         if rng.random() < 0.05:
             lines.append("   ")
     if rng.random() < 0.5:  # an open invoke at the end
-        lines.append(_line(index, time=n * 10, process=1, type="invoke", f="release",
+        lines.append(_line(index, time=n * 10, process=procs[0], type="invoke", f="release",
                            key="k", value={"fence": 1}))
     return lines
 
@@ -134,6 +138,15 @@ GOOD = [_line(0, time=1, process=1, type="invoke", f="acquire", key="k", value=N
      "index 1 does not increase"),
     ([*GOOD, _line(2, time=3, process=2, type="ok", f="release", key="k", value=None)],
      "ok release of process 2 with no open invoke"),
+    # the process rules: one op in flight, nothing after an info (history.ProcessRules)
+    ([GOOD[0], _line(1, time=2, process=1, type="invoke", f="renew", key="k", value=None)],
+     "invoke renew of process 1 while another op of that process is in flight"),
+    ([GOOD[0], _line(1, time=2, process=1, type="info", f="acquire", key="k", value=None),
+      _line(2, time=3, process=1, type="invoke", f="release", key="k", value=None)],
+     "invoke release of process 1 after an info of that process"),
+    ([GOOD[0], _line(1, time=2, process=1, type="info", f="acquire", key="k", value=None),
+      _line(2, time=3, process=1, type="ok", f="acquire", key="k", value={"fence": 1})],
+     "ok acquire of process 1 after an info of that process"),
     ([*GOOD, '{"index": 2, "time": 3'], "not valid JSON"),
     ([*GOOD, _line(2, time=3, process=1, type="maybe", f="release", key="k", value=None)],
      "unknown type 'maybe'"),
@@ -193,7 +206,7 @@ def test_check_external_reads_columns_with_the_same_result(
     bench_locks.generate(p, ops=1500, keys=2, clients=6, ttl_ms=100, seed=5,
                          shape=dataclasses.replace(bench_locks.SHAPES["no-fences"], plant=plant))
     with p.open("a") as fh:  # an op the lock models do not understand, and a cut line
-        fh.write(_line(10**6, time=10**12, process=1, type="invoke", f="write", key="k0",
+        fh.write(_line(10**6, time=10**12, process="writer", type="invoke", f="write", key="k0",
                        value=1) + '\n{"index": ')
 
     def run() -> dict[str, Any]:

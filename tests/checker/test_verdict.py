@@ -232,3 +232,25 @@ def test_end_to_end_paused_holder_saved_by_the_fence() -> None:
         "holder that had lost the lock)"
     )
     assert run_verdict("mutex", results)[0] is False
+
+
+# -- the workloads' rules --------------------------------------------------------------------
+
+
+def test_each_workload_names_its_rule_and_default_checkers() -> None:
+    """The verdict comes from the rule the workload entry names, and a history without
+    checkers in its test.json runs the workload's own list."""
+    from lockcheck.backends import load
+    from lockcheck.checker.registry import DEFAULT_CHECKERS
+    from lockcheck.workloads.registry import WORKLOADS
+
+    lost = {"mutual-exclusion": me(violations=1), "fencing": fe(saves=1),
+            "lock-set": {"valid": True, "summary": "every add survived"},
+            "settlement": {"valid": True, "summary": "each merchant-day settled once"}}
+    expect = {"lock": False, "lock+resource": False, "resource": True}
+    for name, w in WORKLOADS.items():
+        assert DEFAULT_CHECKERS[name] == list(w.checkers)
+        assert run_verdict(name, lost) == load(w.verdict)(lost)
+        assert run_verdict(name, lost)[0] is expect[w.on_trial], name
+    valid, text = run_verdict("no-such-workload", lost)
+    assert valid is False and "unknown workload 'no-such-workload'" in text

@@ -7,7 +7,7 @@ cluster: grants and busy refusals, renewals, holds; a `kill` that restarts the
 service empty (its fences go back to 1: duplicate fences, overlapping holders, and
 writes the fence rejects); a `partition` that times requests out (`info`, the
 process is retired); and a `client-pause` of a holder just before its write, the
-brief's GC pause (its lease runs out, another client takes the lock, and its late
+classic GC pause (its lease runs out, another client takes the lock, and its late
 write is rejected by a fenced resource, or accepted by an unfenced one). Faults are
 recorded the old way (kill: no `fault` field) and the new way (`fault`, `targets`).
 """
@@ -158,8 +158,14 @@ class Sim:
         self.rec(t, w, "invoke", "renew", key, {"ttl_ms": self.ttl // MS, "fence": w.fence})
         w.next_renew = t + self.ttl // 3
         if w.n in self.cut:
-            self.rec(t + self.ttl // 4, w, "info", "renew", key, {"fence": w.fence}, "timeout")
-            return min(w.hold_end, w.next_renew, w.lease_until)
+            # the outcome is unknown: the section ends (its exit under the process that
+            # entered), and the worker releases under a new process id, as the real one
+            t += self.ttl // 4
+            self.rec(t, w, "info", "renew", key, {"fence": w.fence}, "timeout")
+            self.rec(t + 10_000, w, "event", "exit", key, {"fence": w.fence,
+                                                            "reason": "indefinite"})
+            w.process += self.concurrency
+            return self.release(t + 20_000, w)
         h = self.holder.get(key)
         if h is None or h[0] != w.process or h[1] <= t or self.down:
             self.rec(t + dt, w, "fail", "renew", key, {"fence": w.fence}, "not-owner")
@@ -167,7 +173,8 @@ class Sim:
         self.holder[key] = (w.process, t + self.ttl)
         self.rec(t + dt, w, "ok", "renew", key, {"fence": w.fence})
         w.lease_until = t + int(self.ttl * 0.99)
-        return min(w.hold_end, w.next_renew, w.lease_until)
+        # not before the renew's own completion: a process has one op in flight
+        return max(t + dt, min(w.hold_end, w.next_renew, w.lease_until))
 
     def fault(self, t: int, kind: str) -> int:
         """Start a fault at t; returns when it ends (and ends it then, via heal)."""

@@ -206,7 +206,7 @@ def test_detection_bound() -> None:
 def test_fence_regressions_are_counted_apart_from_saves() -> None:
     fe = {"valid": False, "resource_valid": True, "saves": 223, "saves_stale_holder": 0,
           "saves_regressed_fence": 223, "accepted": 10}
-    run = Run("redis", "fenced", "kill", "unknown")
+    run = Run("redis", "fenced", "kill", "unknown", trial="lock+resource")
     apply_results(run, {"valid": False, "summary": "x", "checkers": {
         "fencing": fe, "mutual-exclusion": {"valid": False, "violation_count": 2}}})
     assert (run.saves, run.regressions, run.lock_failed, run.status) == (0, 223, True,
@@ -219,7 +219,7 @@ def test_fence_regressions_are_counted_apart_from_saves() -> None:
 def test_no_fence_says_the_resource_cannot_refuse() -> None:
     fe = {"valid": "unknown", "resource_valid": True, "saves": 0, "accepted": 0,
           "unfenced_rejections": 40}
-    run = Run("redlock", "fenced", "none", "unknown")
+    run = Run("redlock", "fenced", "none", "unknown", trial="lock+resource")
     apply_results(run, {"valid": True, "summary": "x", "checkers": {"fencing": fe}})
     assert run.no_fence and "no fence: the resource cannot refuse" in CellView([run]).lines()
 

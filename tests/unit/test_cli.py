@@ -475,6 +475,49 @@ def test_check_orphan_completion_is_bad_input(tmp_path: Path, name: str, text: s
     assert "no open invoke" in r.stderr
 
 
+_INFO_THEN_RENEW = (
+    '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "acquire", "key": "k"}\n'
+    '{"index": 1, "time": 2, "process": 0, "type": "info", "f": "acquire", "key": "k"}\n'
+    '{"index": 2, "time": 3, "process": 1, "type": "invoke", "f": "acquire", "key": "k"}\n'
+    '{"index": 3, "time": 4, "process": 0, "type": "invoke", "f": "renew", "key": "k"}\n')
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line_no", "words"),
+    [
+        ("h.jsonl", _INFO_THEN_RENEW, 4, "after an info"),
+        ("h.jsonl.gz", _INFO_THEN_RENEW, 4, "after an info"),  # a published run's
+        ("h.jsonl", _INFO_THEN_RENEW.replace('"type": "info"', '"type": "event"'), 4,
+         "in flight"),  # the acquire never completed
+        ("h.edn", "{:type :invoke, :f :read, :process 0}\n{:type :info, :f :read, :process 0}\n"
+                  "{:type :invoke, :f :write, :value 1, :process 0}\n", 3, "after an info"),
+        ("h.edn", "{:type :invoke, :f :read, :process 0}\n"
+                  "{:type :invoke, :f :write, :value 1, :process 0}\n", 2, "in flight"),
+        ("etcd_001.log", "INFO  jepsen.util - 3\t:invoke\t:read\tnil\n"
+                         "INFO  jepsen.util - 3\t:info\t:read\t:timed-out\n"
+                         "INFO  jepsen.util - 3\t:ok\t:read\t1\n", 3, "after an info"),
+    ],
+)
+def test_check_refuses_a_history_that_breaks_the_process_rules(
+        tmp_path: Path, name: str, text: str, line_no: int, words: str) -> None:
+    """One op in flight per process, nothing after its info (Jepsen's rules): every
+    reader `check` uses refuses a history that breaks them, naming the line."""
+    p = tmp_path / name
+    if name.endswith(".gz"):
+        import gzip
+
+        p.write_bytes(gzip.compress(text.encode()))
+    else:
+        p.write_text(text)
+    for args in (["check", p], ["check", "--model", "fenced-mutex", p]):  # ours, the engine's
+        if "--model" in args and "jsonl" not in name:
+            continue
+        r = run(*args)
+        assert r.exit_code == exitcodes.BAD_INPUT
+        assert f"{p}:{line_no}: " in one_error_line(r)
+        assert words in r.stderr
+
+
 def test_check_initial_value_and_nothing_checked(tmp_path: Path) -> None:
     p = tmp_path / "h.edn"
     p.write_text("{:type :invoke, :f :read, :process 0, :time 1}\n"

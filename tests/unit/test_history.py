@@ -16,12 +16,14 @@ from lockcheck.history import (
     HistoryError,
     HistoryWriter,
     Op,
+    ProcessRules,
     op_from_json,
     pair_ops,
     read_history,
     read_history_full,
     read_history_lines,
     sort_by_time,
+    validate_processes,
 )
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "history-format.md"
@@ -118,20 +120,9 @@ def test_writer_appends_to_an_existing_file_without_reusing_content(tmp_path: Pa
 
 
 def _well_formed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Drop client completions with no open invoke (the reader refuses those)."""
-    open_: set[tuple[Any, str]] = set()
-    out = []
-    for row in rows:
-        _, proc, typ, f = row[:4]
-        k = (proc, f)
-        if typ in ("ok", "fail", "info") and proc != "nemesis":
-            if k not in open_:
-                continue
-            open_.discard(k)
-        elif typ == "invoke":
-            open_.add(k)
-        out.append(row)
-    return out
+    """Drop the rows that break the process rules (the reader refuses those)."""
+    rules = ProcessRules()
+    return [row for row in rows if not rules.step(*row[1:4])]
 
 
 @given(st.lists(st.tuples(st.integers(0, 10**12), st.one_of(st.integers(0, 50),
@@ -186,7 +177,7 @@ def test_blank_lines_are_skipped_and_unknown_fields_kept(tmp_path: Path) -> None
     (line(key=7), 1, "'key' must be a string or null"),
     (line(index=0) + line(index=0), 2, "index 0 does not increase"),
     (line(index=3) + line(index=2), 2, "index 2 does not increase"),
-    (line(index=0) + "\n" + line(index=1) + '{"index": 2, "ti\n' + line(index=3), 4,
+    (line(index=0) + "\n" + line(index=1, process=1) + '{"index": 2, "ti\n' + line(index=3), 4,
      "not valid JSON"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path: Path, text: str, lineno: int,
@@ -201,7 +192,7 @@ def test_malformed_line_names_file_and_line(tmp_path: Path, text: str, lineno: i
 
 
 def test_indexes_may_skip_but_must_increase() -> None:
-    ops = read_history_lines([line(index=0), line(index=5)]).ops
+    ops = read_history_lines([line(index=0), line(index=5, process=1)]).ops
     assert [o.index for o in ops] == [0, 5]
 
 
@@ -226,7 +217,7 @@ def test_bad_line_in_the_middle_is_an_error_even_with_allow_truncated(tmp_path: 
 
 def test_complete_last_line_without_newline_is_accepted(tmp_path: Path) -> None:
     # a hand-edited file often lacks the final newline; the op on it is complete JSON
-    p = write(tmp_path, line(index=0) + line(index=1).rstrip("\n"))
+    p = write(tmp_path, line(index=0) + line(index=1, type="ok").rstrip("\n"))
     assert [op.index for op in read_history(p)] == [0, 1]
 
 
@@ -314,3 +305,48 @@ def test_a_completion_without_an_open_invoke_is_malformed(tmp_path: Path, typ: s
     ok = line(index=0, process="nemesis", type="info", f="kill") + line(
         index=1, type="event", f="enter")
     assert len(read_history(write(tmp_path, ok))) == 2
+
+
+# -- Jepsen's process rules (history.ProcessRules) -----------------------------------------
+
+
+@pytest.mark.parametrize(("rows", "line_no", "message"), [
+    # a renew sent while the acquire is still in flight
+    ([dict(type="invoke"), dict(type="invoke", f="renew")], 2,
+     "invoke renew of process 0 while another op of that process is in flight"),
+    # anything of a process after its info: an invoke, or a late completion
+    ([dict(type="invoke"), dict(type="info"), dict(type="invoke", f="release")], 3,
+     "invoke release of process 0 after an info of that process"),
+    ([dict(type="invoke"), dict(type="info"), dict(type="ok")], 3,
+     "ok acquire of process 0 after an info"),
+    # the completion of another f than the one in flight
+    ([dict(type="invoke"), dict(type="ok", f="renew")], 2,
+     "ok renew of process 0 with no open invoke"),
+])
+def test_process_rules_are_the_readers(tmp_path: Path, rows: list[dict[str, Any]],
+                                       line_no: int, message: str) -> None:
+    text = "".join(line(index=i, **r) for i, r in enumerate(rows))
+    with pytest.raises(HistoryError, match=re.escape(message)) as e:
+        read_history(write(tmp_path, text))
+    assert e.value.line == line_no
+    ops = [op_from_json({"index": i, "time": 0, "process": 0, "f": "acquire", **r})
+           for i, r in enumerate(rows)]
+    broken = validate_processes(ops)
+    assert broken is not None and broken[0].index == line_no - 1
+    assert message in broken[1]
+
+
+def test_process_rules_let_through_what_jepsen_allows(tmp_path: Path) -> None:
+    """Events (an exit recorded after the info that ended the section), the nemesis, other
+    processes, and the retired process's successor id all go on."""
+    rows = [dict(type="invoke"), dict(type="ok", value={"fence": 1}),
+            dict(type="event", f="enter"),
+            dict(process="nemesis", type="invoke", f="kill", key=None),
+            dict(process=1, type="invoke"),
+            dict(type="invoke", f="renew"), dict(type="info", f="renew"),
+            dict(type="event", f="exit"),
+            dict(process="nemesis", type="info", f="kill", key=None),
+            dict(process=1, type="fail", error="busy"),
+            dict(process=4, type="invoke", f="release"), dict(process=4, type="ok", f="release")]
+    text = "".join(line(index=i, **r) for i, r in enumerate(rows))
+    assert len(read_history(write(tmp_path, text))) == len(rows)

@@ -20,10 +20,6 @@ import pytest
 import lockcheck
 
 ACCEPTED: dict[frozenset[str], str] = {
-    # `analyze` loads `external` lazily for foreign formats, and `external` reuses
-    # `analyze`'s readers; expected to go once the two share one history-path resolver
-    frozenset({"lockcheck.checker.analyze", "lockcheck.checker.external"}):
-        "analyze <-> external",
     # not a cycle of code: the package tries its optional C extension, which lives in
     # the package (`porcupine/checker.py` imports `lockcheck.porcupine` for it)
     frozenset({"lockcheck.checker.porcupine", "lockcheck.checker.porcupine.checker"}):

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import pytest
 
-from lockcheck.history import Op, op_from_json
+from lockcheck.history import Op, op_from_json, validate_processes
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner, lease_deadline
 from lockcheck.workloads import fenced, mutex
 from lockcheck.workloads.worker import CriticalSection, Recorder, Worker, WorkerConfig
@@ -138,38 +138,13 @@ def ops_of(out: io.StringIO) -> list[Op]:
             for i, line in enumerate(out.getvalue().splitlines())]
 
 
-def well_formed(ops: list[Op]) -> list[str]:
-    """Jepsen's rules: a process has one op in flight, completes it with the same f, and
-    issues nothing after an `info` (events of the section it was in aside)."""
-    problems: list[str] = []
-    open_: dict[Any, Op] = {}
-    retired: set[Any] = set()
-    for o in ops:
-        p = o.process
-        if o.type == "event":
-            continue
-        if p in retired:
-            problems.append(f"op {o.index} by retired process {p}")
-        if o.type == "invoke":
-            if p in open_:
-                problems.append(f"op {o.index}: process {p} has {open_[p].f} in flight")
-            open_[p] = o
-        else:
-            inv = open_.pop(p, None)
-            if inv is None or inv.f != o.f:
-                problems.append(f"op {o.index}: {o.type} {o.f} without its invoke")
-            if o.type == "info":
-                retired.add(p)
-    return problems
-
-
 def test_rounds_are_well_formed_and_name_their_leases() -> None:
     client = MemoryClient(MemoryLocks())
     w, out = make_worker(client, hold_ms=(250, 250))
     for _ in range(3):
         w.one_round("k0")
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     assert [(o.type, o.f) for o in ops[:3]] == [("invoke", "acquire"), ("ok", "acquire"),
                                                  ("event", "enter")]
     by_lease: dict[str, list[Op]] = {}
@@ -220,7 +195,7 @@ def test_a_renew_that_failed_for_sure_is_retried_and_the_lease_clock_decides() -
     w, out = make_worker(client, hold_ms=(1000, 1000))
     w.one_round("k0")
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     assert next(o for o in ops if o.f == "exit").value["reason"] == "lease-expired"
     assert sum(o.f == "renew" and o.type == "fail" for o in ops) >= 2
 
@@ -231,7 +206,7 @@ def test_info_on_renew_retires_and_the_new_process_releases_the_named_lease() ->
     w, out = make_worker(client, hold_ms=(250, 250))
     w.one_round("k0")
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     acq = next(o for o in ops if o.f == "acquire" and o.type == "ok")
     info = next(o for o in ops if o.type == "info")
     assert info.f == "renew" and info.process == 2
@@ -253,7 +228,7 @@ def test_info_on_acquire_and_release_retire_too() -> None:
     assert w.process == 8
     assert w.one_round("k0")
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     assert [o.process for o in ops if o.type == "info"] == [2, 8]
     assert w.process == 14
 
@@ -278,7 +253,7 @@ def test_a_write_that_timed_out_ends_the_section_and_retires() -> None:
     w, out = make_worker(client, body=fenced.body, resource=resource)
     w.one_round("k0")
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     assert [(o.type, o.process) for o in ops if o.f == "write"] == [("invoke", 2), ("info", 2)]
     assert next(o for o in ops if o.f == "exit").value["reason"] == "indefinite"
     assert {o.process for o in ops if o.f == "release"} == {8}
@@ -318,7 +293,7 @@ def test_recovery_takes_every_lock_once() -> None:
     w, out = make_worker(client, keys=("k0", "k1", "k2"), mode="recover", recover_s=5.0)
     w.recover()
     ops = ops_of(out)
-    assert well_formed(ops) == []
+    assert validate_processes(ops) is None  # Jepsen's process rules
     granted = [o.key for o in ops if o.f == "acquire" and o.type == "ok"]
     assert granted == ["k0", "k1", "k2"]
     assert sum(o.f == "acquire" and o.key == "k1" for o in ops if o.type == "invoke") > 1

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockcheck.history import TYPES, HistoryError, Op, first_orphan, orphan_message
+from lockcheck.history import TYPES, HistoryError, Op, validate_processes
 
 LOCK_FS = frozenset({"acquire", "release", "renew"})
 
@@ -319,9 +319,10 @@ def parse_jepsen_edn(text: str, path: str = "<edn>", *, allow_truncated: bool = 
     else:
         maps = forms
     ops = [_op(m, line, n, path) for n, (line, m) in enumerate(maps)]
-    orphan = first_orphan(ops)
-    if orphan is not None:
-        raise HistoryError(path, int(orphan.extra["line"]), orphan_message(orphan))
+    broken = validate_processes(ops)
+    if broken is not None:
+        op, why = broken
+        raise HistoryError(path, int(op.extra["line"]), why)
     return ops
 
 

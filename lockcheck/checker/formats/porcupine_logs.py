@@ -11,8 +11,8 @@ operation is an invoke plus the next completion of the same process.
 
 Semantics, as in Porcupine's own tests: ``:fail :cas`` is kept as an observation (the
 register did not hold the expected value); ``:fail :read :timed-out`` is a return with
-an `UNKNOWN` result; ``:info`` lines are ignored, so that the operation stays open, i.e.
-crashed (Jepsen retires the process).
+an `UNKNOWN` result; ``:info`` lines leave the operation open, i.e. crashed. A log that
+breaks Jepsen's process rules (`lockcheck.history.ProcessRules`) is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcheck.checker.porcupine import UNKNOWN, Event
+from lockcheck.history import ProcessRules, rule_message
 
 _ETCD_LINE = re.compile(
     r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(invoke|ok|fail|info)\s+:(read|write|cas)\s+(.*?)\s*$"
@@ -59,6 +60,7 @@ def parse_etcd_lines(lines: Iterable[str], name: str = "<lines>") -> list[Event]
     """Parse the lines of a Jepsen etcd log; ``name`` is used in error messages."""
     events: list[Event] = []
     open_ids: dict[int, int] = {}
+    rules = ProcessRules()
     next_id = 0
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -68,21 +70,17 @@ def parse_etcd_lines(lines: Iterable[str], name: str = "<lines>") -> list[Event]
             raise ValueError(f"{name}:{lineno}: not a jepsen.util op line: {line!r}")
         proc, typ, f, raw = int(m.group(1)), m.group(2), m.group(3), m.group(4)
         where = f"{name}:{lineno}"
+        broken = rules.step(proc, typ, f)
+        if broken:
+            raise ValueError(f"{where}: {rule_message(broken, proc, typ, f)}")
         if typ == "invoke":
-            if proc in open_ids:
-                raise ValueError(f"{where}: process {proc} invokes while an op is open")
             value = None if f == "read" else _etcd_value(f, raw, where)
             open_ids[proc] = next_id
             events.append(Event(proc, "call", (f, value), next_id))
             next_id += 1
             continue
         if typ == "info":
-            # crashed: leave the op open; the process is never used again
-            if proc not in open_ids:
-                raise ValueError(f"{where}: :info for process {proc} with no open op")
-            continue
-        if proc not in open_ids:
-            raise ValueError(f"{where}: completion for process {proc} with no open op")
+            continue  # crashed: the op stays open, and the process issues nothing more
         op_id = open_ids.pop(proc)
         output: Any
         if f == "read":

@@ -34,8 +34,11 @@ point after its call, or never.
   integers); a later renew/release by that client naming fence N fixes it to N if
   N is possible.
 
-Both models are deterministic: a crashed op that is linearized applies its effect when
-it can (the engine may always linearize it last, which is the same as "never").
+Both models are deterministic: a crashed op that is linearized applies its effect.
+Where it could not have taken effect (a release or renew of a lease its client does not
+hold, an acquire of a held lock), its step is illegal, as an ok op's would be: the
+engine treats crashed ops as optional (it never has to linearize them), so "it took no
+effect" needs no clause of its own.
 """
 
 from __future__ import annotations
@@ -115,17 +118,12 @@ def _mutex_init() -> MutexState:
 
 
 def _mutex_step(holder: MutexState, inp: LockInput, out: Any) -> tuple[bool, MutexState]:
-    crashed = out is UNKNOWN
     if inp.f == "acquire":
-        if holder is None:
-            return True, inp.client
-        return crashed, holder
+        return holder is None, inp.client if holder is None else holder
     if inp.f == "release":
-        if holder == inp.client:
-            return True, None
-        return crashed, holder
+        return holder == inp.client, None if holder == inp.client else holder
     if inp.f == "renew":
-        return crashed or holder == inp.client, holder
+        return holder == inp.client, holder
     return False, holder
 
 
@@ -182,7 +180,7 @@ def _fenced_step(state: FencedState, inp: LockInput, out: Any) -> tuple[bool, Fe
     if inp.f in ("renew", "release"):
         owned = _owned(state, inp)
         if owned is None:
-            return crashed, state
+            return False, state
         if inp.f == "release":
             return True, (None, None, owned[2])
         return True, owned
