@@ -659,8 +659,9 @@ def doctor_findings(path: str) -> list[tuple[str, bool, str, str]]:
     return in_parallel(list(nf.hosts), one)
 
 
-# faults that cut a client alone (partition-clients): none without namespaces
-NEEDS_CLIENT_NAMESPACES = ("partition-clients",)
+# faults that cut a client alone (partition-clients, partition-holder): none without
+# namespaces
+NEEDS_CLIENT_NAMESPACES = ("partition-clients", "partition-holder")
 
 
 def provider() -> Provider:
