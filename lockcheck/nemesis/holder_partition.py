@@ -5,7 +5,8 @@ side without a quorum, its hold must outlast its session there, and a client on 
 quorum side must be waiting for that very lock. This one waits for a holder that has
 just entered its critical section (its whole hold still ahead) and cuts its client,
 with the members its grant names when they are a minority (the ZooKeeper member its
-session is on), from every other node and client (`grudge.holder_side`). The quorum
+session is on) and not the leader, from every other node and client
+(`grudge.holder_side`). The quorum
 side then expires the holder's session and grants its lock to a rival, while the
 holder, cut off, has not been told; whether it stops is up to its client.
 
@@ -20,6 +21,7 @@ import random
 import time
 from collections.abc import Callable
 
+from lockcheck.cluster.api import HasPrimary
 from lockcheck.nemesis import grudge
 from lockcheck.nemesis.api import Holding, RunContext
 from lockcheck.nemesis.grudge import Cut
@@ -43,14 +45,20 @@ def next_holder(holders: Callable[[], list[Holding]], wait_s: float) -> Holding 
 
 
 def aimed_at(holders: Callable[[], list[Holding]], hosts: dict[int, str],
-             wait_s: float) -> Shape:
-    """The shape of `partition-holder`: `hosts` maps a worker to its client host."""
+             wait_s: float, leaders: Callable[[], list[str]] = list) -> Shape:
+    """The shape of `partition-holder`: `hosts` maps a worker to its client host;
+    `leaders` names the service's leaders right now (none if it has none)."""
     def shape(nodes: list[str], clients: list[str], rng: random.Random) -> Cut:
         h = next_holder(holders, wait_s)
         if h is not None:
             # a minority of members named by the grant goes with the holder; a quorum
-            # (Redlock's) would take the quorum with it, so then only the client goes
-            members = h.granted_by if len(h.granted_by) <= (len(nodes) - 1) // 2 else ()
+            # (Redlock's) would take the quorum with it, so then only the client goes.
+            # A leader stays too: cut off, it would make the others elect a new one
+            # first (seconds), and the holder's hold would be over before its session
+            members: tuple[str, ...] = ()
+            if len(h.granted_by) <= (len(nodes) - 1) // 2:
+                leading = set(leaders())
+                members = tuple(m for m in h.granted_by if m not in leading)
             cut = grudge.holder_side(nodes, clients, hosts.get(h.worker), members)
             if cut.sides[0]:
                 return dataclasses.replace(cut, extra={"holder": {
@@ -64,6 +72,8 @@ def aimed_at(holders: Callable[[], list[Holding]], hosts: dict[int, str],
 def partition_holder(ctx: RunContext) -> Partition:
     hosts = {w.index: w.host for w in ctx.workers}
     wait_s = max(ctx.spec.nemesis_interval, ctx.spec.ttl_ms / 500.0)
+    db = ctx.db
+    leaders = db.primaries if isinstance(db, HasPrimary) else list
     return Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
                      hold_s=ctx.spec.fault_duration, name="partition-holder",
-                     shape=aimed_at(ctx.holders, hosts, wait_s))
+                     shape=aimed_at(ctx.holders, hosts, wait_s, leaders))

@@ -161,12 +161,12 @@ def test_partition_holder_cuts_the_next_holder_with_the_member_its_session_is_on
     holders = Holders()
     workers = [WorkerRef(i, f"c{i}", None) for i in range(4)]  # type: ignore[arg-type]
     ctx = RunContext(spec=TestSpec(nodes=3, nemesis_interval=0.4, ttl_ms=100),
-                     cluster=SimpleNamespace(nodes=nodes, clients=clients), db=None,
-                     workers=workers, holders=holders.now)  # type: ignore[arg-type]
+                     cluster=SimpleNamespace(nodes=nodes, clients=clients),
+                     db=None, workers=workers, holders=holders.now)  # type: ignore[arg-type]
     nem = partition_holder(ctx)
     enter(0, "k0", ["n1"])  # held already: its hold may be nearly over
-    threading.Timer(0.1, enter, args=(2, "k1", ["n3"])).start()
     t0 = time.monotonic()
+    threading.Timer(0.1, enter, args=(2, "k1", ["n3"])).start()
     v = nem.start(random.Random(0))
     assert time.monotonic() - t0 >= 0.1  # it waited for a fresh holder
     assert v["fault"] == "partition-holder" and v["kind"] == "holder"
@@ -188,3 +188,16 @@ def test_partition_holder_cuts_the_next_holder_with_the_member_its_session_is_on
     v = nem.start(random.Random(0))  # nobody holds a lock: one node isolated
     assert v["kind"] == "isolate" and "holder" not in v
     nem.stop()
+
+
+def test_partition_holder_leaves_a_leader_with_the_quorum() -> None:
+    """Cut off, a leader would make the others elect another first (seconds: the
+    holder's hold is over before its session is); its holder's client goes alone."""
+    from lockcheck.nemesis.api import Holding
+    from lockcheck.nemesis.holder_partition import aimed_at
+
+    on = {"n1": Holding(1, 1, "k0", 1, 5, granted_by=("n1",))}
+    nodes, clients = ["n1", "n2", "n3"], ["c0", "c1"]
+    for leader, side in (("n1", ("c1",)), ("n2", ("n1", "c1"))):
+        shape = aimed_at(lambda: list(on.values()), {1: "c1"}, 0.0, [leader].copy)
+        assert shape(nodes, clients, random.Random(0)).sides[0] == side
