@@ -1,10 +1,10 @@
-"""Z5 of docs/findings.md: a holder cut off with its member keeps working after the
+"""Z5 of docs/findings.md: a holder cut off from the quorum keeps working after the
 quorum side expired its session and granted its lock to a rival.
 
 `zookeeper-lost-only` ends a lease on LOST only, the common usage; a client cut off
 hears LOST only when it reconnects. `partition-holder` cuts the holder that just
-entered its critical section, with the member its session is on, from every other
-node and client, so the two conditions a random partition meets only by chance (a
+entered its critical section, with the member its session is on (unless it leads),
+from every other node and client, so the two conditions a random partition meets only by chance (a
 holder on the side without a quorum, a rival waiting for the same lock on the other)
 hold at every fault.
 """
@@ -74,7 +74,7 @@ def detected(module_cli: Any) -> Any:
     return r, tried
 
 
-def test_a_holder_cut_off_with_its_member_keeps_working_while_a_rival_holds(
+def test_a_holder_cut_off_from_the_quorum_keeps_working_while_a_rival_holds(
         detected: tuple[Any, list[str]]) -> None:
     r, tried = detected
     assert r.code == 1, (tried, r.explain())
