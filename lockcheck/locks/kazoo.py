@@ -342,6 +342,7 @@ class KazooLockClient:
             # what code that trusts the recipe sees: a flag only release() resets
             if lease.lost or not h.lock.is_acquired:
                 raise NotOwner("not-owner")
+            lease.granted_by = ()  # no member was asked
             return
         self._require_connected()
         t0 = time.monotonic_ns()

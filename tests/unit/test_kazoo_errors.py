@@ -450,6 +450,18 @@ def test_the_grant_and_its_renewals_name_the_member_they_came_through(zk: Standa
         other = held(anonymous, "k1")
         assert other.granted_by == ()
         anonymous.release(other)
+    # a renewal answered from the recipe's flag names nobody: no member was asked
+    trusting = make_clients({"hosts": [f"127.0.0.1:{zk.port}"], "names": ["n7"],
+                             "session_timeout_ms": REAL_TTL_MS}, ["k0"],
+                            ClientOptions(ttl_ms=REAL_TTL_MS, op_timeout_s=REAL_OP_S,
+                                          options={"trust_flag": True}))["k0"]
+    assert isinstance(trusting, KazooLockClient)
+    with closing(trusting) as t:
+        lease = held(t, "k0")
+        assert lease.granted_by == ("n7",)
+        t.renew(lease)
+        assert lease.granted_by == ()
+        t.release(lease)
 
 
 @needs_zookeeper
