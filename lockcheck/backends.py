@@ -374,7 +374,8 @@ BACKENDS: dict[str, Backend] = {
                         "usage), no lease clock",
             expect="a holder cut off by a partition stays SUSPENDED and keeps working after "
                    "its session expired and the lock went to another client, until it "
-                   "reconnects and hears LOST",
+                   "reconnects and hears LOST (partition-holder cuts off a holder at every "
+                   "fault)",
         ),
         _zookeeper(
             name="zookeeper-seq-fence", options={"fence": "sequence"},

@@ -230,7 +230,7 @@ class ZooKeeperDB(PerNode):
 
     def client_config(self) -> dict[str, Any]:
         return {"hosts": [f"{s.node.address}:{CLIENT_PORT}" for s in self.servers.values()],
-                "session_timeout_ms": self.timing.session_ms}
+                "session_timeout_ms": self.timing.session_ms, "names": list(self.servers)}
 
     def describe(self) -> dict[str, dict[str, object]]:
         return {name: {"service": "zookeeper", "address": s.node.address, "port": CLIENT_PORT,

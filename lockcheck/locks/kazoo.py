@@ -42,6 +42,9 @@ session. The variants (`options`) show what goes wrong with less:
   without asking the server (which never resets that flag on a session loss);
 * `fence`: "czxid" (default) or "sequence".
 
+Each grant and renewal names the member the session was connected to when it was
+answered (`granted_by`), so a fault can be aimed at the member a holder relies on.
+
 A state listener is always installed to count connection drops, so that the
 leftover clean-up above knows when the recipe's own may have been cut off; only
 `listen` decides whether a state change ends a lease.
@@ -222,6 +225,7 @@ class KazooLockClient:
     trust_flag: bool = False
     fence: str = "czxid"
     identifier: str = ""
+    members: Mapping[str, str] = field(default_factory=dict)  # "address:port" -> node name
     held: dict[str, Held] = field(default_factory=dict)
     leftovers: list[Leftover] = field(default_factory=list)
     drops: int = 0  # connection drops seen (SUSPENDED or LOST)
@@ -254,6 +258,17 @@ class KazooLockClient:
     def _require_connected(self) -> None:
         if not self.zk.connected:
             raise Definite("not connected")  # nothing is sent while reconnecting
+
+    def member(self) -> tuple[str, ...]:
+        """The member this session is connected to right now, by node name (none if
+        not connected or not named)."""
+        sock = getattr(self.zk._connection, "_socket", None)
+        try:
+            address, port = sock.getpeername()[:2] if sock is not None else (None, None)
+        except OSError:
+            return ()
+        name = self.members.get(f"{address}:{port}")
+        return (name,) if name else ()
 
     @staticmethod
     def path(key: str) -> str:
@@ -304,7 +319,8 @@ class KazooLockClient:
                 raise
         lease = Lease(key=key, token=str(lock.node), fence=fence, ttl_ms=self.ttl_ms,
                       valid_until_ns=FOREVER_NS if self.trust_flag else
-                      lease_deadline(t0, self.session_ms, self.drift))
+                      lease_deadline(t0, self.session_ms, self.drift),
+                      granted_by=self.member())
         with self._mu:
             self.held[lease.token] = Held(lock, lease, session)
             if self.listen == "suspended" and self._dropped_since(drops):
@@ -326,6 +342,7 @@ class KazooLockClient:
             # what code that trusts the recipe sees: a flag only release() resets
             if lease.lost or not h.lock.is_acquired:
                 raise NotOwner("not-owner")
+            lease.granted_by = ()  # no member was asked
             return
         self._require_connected()
         t0 = time.monotonic_ns()
@@ -337,6 +354,7 @@ class KazooLockClient:
             raise NotOwner("not-owner")
         lease.valid_until_ns = max(lease.valid_until_ns,
                                    lease_deadline(t0, self.session_ms, self.drift))
+        lease.granted_by = self.member() or lease.granted_by
 
     def release(self, lease: Lease) -> None:
         with self._mu:
@@ -386,10 +404,12 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
     """One session (one KazooClient, connected to every member) serves every key."""
     o = opts.options
     session_ms = int(config["session_timeout_ms"])
-    zk, deadline = connect([str(h) for h in config["hosts"]], session_ms)
+    hosts = [str(h) for h in config["hosts"]]
+    zk, deadline = connect(hosts, session_ms)
     client = KazooLockClient(
         zk, deadline, session_ms=session_ms, ttl_ms=opts.ttl_ms,
         op_timeout_s=opts.op_timeout_s, drift=opts.drift,
         listen=o.get("listen", "suspended"), trust_flag=bool(o.get("trust_flag", False)),
-        fence=str(o.get("fence", "czxid")), identifier=f"worker-{opts.worker}")
+        fence=str(o.get("fence", "czxid")), identifier=f"worker-{opts.worker}",
+        members=dict(zip(hosts, (str(n) for n in config.get("names", ())), strict=False)))
     return {k: client for k in keys}

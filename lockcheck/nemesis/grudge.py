@@ -14,6 +14,8 @@ Node shapes (`Cut`), as in Jepsen's partition nemeses:
   impossible with fewer than 4 nodes (with 3, "a majority" is 2 and the three pairs
   would each need a link the others cut).
 * `bridge`: two halves, and one node in the middle that sees both.
+* `holder`: a lock holder's client and the member its session is on, from the rest
+  (`holder_side`: the nodes and clients are placed together, aimed at one holder).
 
 Clients then join the shape: with two sides, each client goes with one side at
 random, and with two clients or more each side has at least one; in a ring, each
@@ -162,6 +164,20 @@ def primaries(leaders: Sequence[str]) -> NodeShape:
         return _two_sides("primary", a, [n for n in nodes if n not in a])
 
     return shape
+
+
+def holder_side(nodes: Sequence[str], clients: Sequence[str], client: str | None,
+                members: Sequence[str]) -> Cut:
+    """A lock holder's side: its client and the members its session relies on, cut from
+    every other node and client (`partition-holder`). The other side keeps the rest of
+    the nodes, a quorum when the members are a minority, and every rival client, so the
+    holder's session can expire there and its lock go to a rival while the holder,
+    cut off, has not been told."""
+    a = [m for m in members if m in nodes]
+    if client is not None and client in clients:
+        a.append(client)
+    b = [*(n for n in nodes if n not in a), *(c for c in clients if c not in a)]
+    return Cut("holder", complete([a, b]), sides=(tuple(a), tuple(b)), targets=tuple(a))
 
 
 def halves_or_isolate(nodes: Sequence[str], rng: random.Random) -> Cut:

@@ -58,13 +58,15 @@ def in_a_holders_quorum(holders: Callable[[], list[Holding]], wait_s: float) -> 
     make a quorum of its own while the holder works on. Waits up to `wait_s` (the run
     passes the larger of the nemesis interval and two TTLs) for a holder on a bare
     quorum (a grant that raced the previous holder's release gets one), then takes the
-    smallest quorum held, then one node at random (nobody holds a lock whose servers
-    the client named: only Redlock's client names them)."""
+    smallest quorum held, then one node at random (nobody holds a lock whose quorum
+    the client named: only Redlock's client names one)."""
     def targets(names: list[str], rng: random.Random) -> list[str]:
         deadline = time.monotonic() + wait_s
         while True:
-            known = [h for h in holders()
-                     if h.granted_by and set(h.granted_by) <= set(names)]
+            # a grant by fewer than a quorum is one member's answer (ZooKeeper names
+            # the member a session is on), not a quorum a restart could break
+            known = [h for h in holders() if len(h.granted_by) >= len(names) // 2 + 1
+                     and set(h.granted_by) <= set(names)]
             aimed = [h for h in known if bare(h, names)]
             if aimed or time.monotonic() >= deadline:
                 break

@@ -94,6 +94,12 @@ NEMESES: dict[str, NemesisKind] = {
                     description="each client cut from a random subset of the nodes; the "
                                 "nodes keep their links (Redlock's masters never talk)",
                     build=_PARTITION + "partition_clients"),
+        NemesisKind(name="partition-holder",
+                    description="a lock holder's client, with the member its session is on "
+                                "(ZooKeeper), cut from every other node and client, as it "
+                                "enters its critical section: its session expires on the "
+                                "quorum side while it holds on",
+                    build="lockcheck.nemesis.holder_partition:partition_holder"),
         NemesisKind(name="kill",
                     description="SIGKILL the server on one node or a minority; restart it "
                                 "--restart-delay-ms later",

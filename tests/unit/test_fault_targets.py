@@ -66,6 +66,16 @@ def test_holder_quorum_hits_a_member_of_a_bare_quorum_held_now() -> None:
     assert {tuple(aim(NODES, rng)) for _ in range(100)} == {("n1",), ("n2",), ("n3",), ("n4",)}
 
 
+def test_holder_quorum_ignores_a_grant_named_by_one_member() -> None:
+    """A ZooKeeper grant names the one member its session is on: no quorum to aim at,
+    so the kill goes to a node at random, not always to that member."""
+    h = Holders()
+    h.observe(entered(1, "k0", ["n2"], []))
+    aim = HOLDER_TARGETS["holder-quorum"](h.now, 0.0)
+    rng = random.Random(5)
+    assert len({tuple(aim(NODES[:3], rng)) for _ in range(100)}) == 3
+
+
 def test_holder_quorum_waits_for_a_bare_quorum() -> None:
     h = Holders()
     h.observe(entered(1, "k0", ["n1", "n2", "n3"], ["n4"]))

@@ -199,3 +199,26 @@ def test_symmetric_is_the_smallest_symmetric_superset(g: dict[str, set[str]]) ->
         for e in enemies:
             assert h in s[e]
             assert e in g.get(h, set()) or h in g.get(e, set()), "nothing added beyond symmetry"
+
+
+def test_holder_side_cuts_the_holder_and_its_member_from_everyone_else() -> None:
+    nodes, clients = names("n", 3, 1), names("c", 4)
+    cut = grudge.holder_side(nodes, clients, "c2", ["n3"])
+    assert_well_formed(cut, nodes + clients)
+    assert cut.kind == "holder" and cut.targets == ("n3", "c2")
+    assert cut.sides == (("n3", "c2"), ("n1", "n2", "c0", "c1", "c3"))
+    # the holder reaches only its member; the quorum side and every rival stay whole
+    assert links(cut.grudge, nodes + clients) == (
+        links({}, ["n3", "c2"]) | links({}, ["n1", "n2", "c0", "c1", "c3"]))
+
+
+def test_holder_side_without_a_member_or_a_cuttable_client() -> None:
+    nodes, clients = names("n", 5, 1), names("c", 2)
+    only_client = grudge.holder_side(nodes, clients, "c1", [])
+    assert only_client.sides == (("c1",), (*nodes, "c0"))
+    # a client that shares the controller's address is not in `clients`: the member goes
+    # alone; a member that is not a node of this run is ignored
+    only_member = grudge.holder_side(nodes, clients, "c9", ["n2", "n8"])
+    assert only_member.sides == (("n2",), ("n1", "n3", "n4", "n5", "c0", "c1"))
+    assert grudge.holder_side(nodes, clients, None, []).grudge == {
+        h: frozenset() for h in (*nodes, *clients)}

@@ -433,6 +433,38 @@ def test_grant_renew_release_and_czxid_fences_grow(zk: Standalone,
 
 
 @needs_zookeeper
+def test_the_grant_and_its_renewals_name_the_member_they_came_through(zk: Standalone) -> None:
+    """`granted_by` is the node the session is connected to, by the name the cluster
+    gives it; without names it stays empty, as for any client that cannot tell."""
+    opts = ClientOptions(ttl_ms=REAL_TTL_MS, op_timeout_s=REAL_OP_S)
+    named = make_clients({"hosts": [f"127.0.0.1:{zk.port}"], "names": ["n7"],
+                          "session_timeout_ms": REAL_TTL_MS}, ["k0"], opts)["k0"]
+    assert isinstance(named, KazooLockClient)
+    with closing(named) as a, closing(real(zk.port)) as anonymous:
+        lease = held(a, "k0")
+        assert lease.granted_by == ("n7",) and lease.refused_by == ()
+        lease.granted_by = ()
+        a.renew(lease)
+        assert lease.granted_by == ("n7",)
+        a.release(lease)
+        other = held(anonymous, "k1")
+        assert other.granted_by == ()
+        anonymous.release(other)
+    # a renewal answered from the recipe's flag names nobody: no member was asked
+    trusting = make_clients({"hosts": [f"127.0.0.1:{zk.port}"], "names": ["n7"],
+                             "session_timeout_ms": REAL_TTL_MS}, ["k0"],
+                            ClientOptions(ttl_ms=REAL_TTL_MS, op_timeout_s=REAL_OP_S,
+                                          options={"trust_flag": True}))["k0"]
+    assert isinstance(trusting, KazooLockClient)
+    with closing(trusting) as t:
+        lease = held(t, "k0")
+        assert lease.granted_by == ("n7",)
+        t.renew(lease)
+        assert lease.granted_by == ()
+        t.release(lease)
+
+
+@needs_zookeeper
 def test_the_sequence_fence_is_the_znode_suffix(zk: Standalone) -> None:
     with closing(real(zk.port, fence="sequence")) as a:
         lease = held(a, "k1")

@@ -140,3 +140,65 @@ def test_partition_primary_asks_the_service_at_every_start() -> None:
     assert [h for h in second["targets"] if h[0] == "n"] == ["n3"]
     assert sorted(second["grudge"]["n3"]) == sorted(
         x for x in ["n1", "n2", "c0", "c1"] if x not in second["targets"])
+
+
+def test_partition_holder_cuts_the_next_holder_with_the_member_its_session_is_on() -> None:
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from lockcheck.nemesis.api import RunContext, WorkerRef
+    from lockcheck.nemesis.client_pause import Holders
+    from lockcheck.nemesis.holder_partition import partition_holder
+    from lockcheck.spec import TestSpec
+
+    def enter(worker: int, key: str, granted_by: list[str], f: str = "enter") -> None:
+        holders.observe({"type": "event", "f": f, "key": key, "process": worker,
+                         "worker": worker, "time": time.monotonic_ns(),
+                         "value": {"fence": 1, "lease": key, "granted_by": granted_by}})
+
+    nodes, clients = fake_cluster(3, 4)
+    holders = Holders()
+    workers = [WorkerRef(i, f"c{i}", None) for i in range(4)]  # type: ignore[arg-type]
+    ctx = RunContext(spec=TestSpec(nodes=3, nemesis_interval=0.4, ttl_ms=100),
+                     cluster=SimpleNamespace(nodes=nodes, clients=clients),
+                     db=None, workers=workers, holders=holders.now)  # type: ignore[arg-type]
+    nem = partition_holder(ctx)
+    enter(0, "k0", ["n1"])  # held already: its hold may be nearly over
+    t0 = time.monotonic()
+    threading.Timer(0.1, enter, args=(2, "k1", ["n3"])).start()
+    v = nem.start(random.Random(0))
+    assert time.monotonic() - t0 >= 0.1  # it waited for a fresh holder
+    assert v["fault"] == "partition-holder" and v["kind"] == "holder"
+    assert v["holder"] == {"worker": 2, "process": 2, "key": "k1", "granted_by": ["n3"]}
+    assert v["sides"] == [["n3", "c2"], ["n1", "n2", "c0", "c1", "c3"]]
+    assert v["targets"] == ["n3", "c2"]
+    by_name = {h.name: h for h in nodes + clients}
+    assert sorted(s for s, _ in by_name["c2"].blocked) == sorted(
+        by_name[x].address for x in ["n1", "n2", "c0", "c1", "c3"])
+    nem.stop()
+    # nobody new within the wait: the holder that entered last; a grant by a quorum
+    # (Redlock's) is not taken along, only the client
+    enter(1, "k2", ["n1", "n2"])
+    v = nem.start(random.Random(0))
+    assert v["holder"]["worker"] == 1 and v["sides"][0] == ["c1"]
+    nem.stop()
+    for w, k in ((0, "k0"), (1, "k2"), (2, "k1")):
+        enter(w, k, [], f="exit")
+    v = nem.start(random.Random(0))  # nobody holds a lock: nothing is cut
+    assert v["skipped"] == "no client held a lock" and "holder" not in v
+    assert v["grudge"] == {} and all(h.blocked == [] for h in nodes + clients)
+    nem.stop()
+
+
+def test_partition_holder_leaves_a_leader_with_the_quorum() -> None:
+    """Cut off, a leader would make the others elect another first (seconds: the
+    holder's hold is over before its session is); its holder's client goes alone."""
+    from lockcheck.nemesis.api import Holding
+    from lockcheck.nemesis.holder_partition import aimed_at
+
+    on = {"n1": Holding(1, 1, "k0", 1, 5, granted_by=("n1",))}
+    nodes, clients = ["n1", "n2", "n3"], ["c0", "c1"]
+    for leader, side in (("n1", ("c1",)), ("n2", ("n1", "c1"))):
+        shape = aimed_at(lambda: list(on.values()), {1: "c1"}, 0.0, [leader].copy)
+        assert shape(nodes, clients, random.Random(0)).sides[0] == side
