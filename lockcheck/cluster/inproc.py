@@ -42,7 +42,8 @@ CUT = ("every process of an inproc run shares this machine's loopback, so nothin
 # the faults that drop, or redirect, a node's or client's traffic
 REFUSED = {n: CUT for n in ("partition", "partition-one", "partition-majority",
                             "partition-halves", "partition-ring", "partition-bridge",
-                            "partition-clients", "partition-primary", "loss", "delay")}
+                            "partition-clients", "partition-primary", "partition-holder",
+                            "loss", "delay")}
 
 
 @dataclass
