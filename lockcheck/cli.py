@@ -625,15 +625,19 @@ def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str
 
 
 def remove_clusters(reg: Registry, kept: list[RunState]) -> int:
-    """`cluster down RUN_ID...`: those clusters only (no reaping, which would look at
-    every run on the machine)."""
+    """`cluster down RUN_ID...`: those clusters, or what those killed runs left, only
+    (no reaping, which would look at every run on the machine)."""
     from lockcheck.cluster.providers import provider
     from lockcheck.cluster.state import Selection
 
     for st in kept:
+        if st.kind != "cluster" and st.owner_alive():
+            raise BadInput(f"{st.run_id}: that test is still running")
+    for st in kept:
         if st.kind != "cluster":
-            raise BadInput(f"{st.run_id}: a test run, not a cluster left running (`lockcheck "
-                           "cluster down` without run ids removes what a dead one left)")
+            # what a killed run left behind: removed as a cluster left running is
+            st.kind = "cluster"
+            reg.save(st)
     view = Selection(reg, [st.run_id for st in kept])
     removed: list[str] = []
     for name in dict.fromkeys(st.provider for st in kept):

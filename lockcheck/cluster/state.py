@@ -40,9 +40,12 @@ def default_state_dir() -> Path:
 
 def _writable(d: Path) -> bool:
     """`d`, or the nearest folder above it that exists, can be written by this user."""
-    while not d.exists() and d != d.parent:
-        d = d.parent
-    return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
+    try:
+        while not d.exists() and d != d.parent:
+            d = d.parent
+        return d.is_dir() and os.access(d, os.W_OK | os.X_OK)
+    except OSError:  # inside a folder this user may not even look into (HOME=/root)
+        return False
 
 
 DEFAULT_STATE_DIR = default_state_dir()

@@ -6,6 +6,7 @@ Exit codes: 0 valid, 1 invalid, 2 unknown, 130 interrupted, 254 bad input, 255 i
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -335,7 +336,7 @@ def test_cluster_down_with_run_ids_removes_those_clusters_only(
     import dataclasses
 
     import lockcheck.preflight as preflight
-    from lockcheck.cluster import providers
+    from lockcheck.cluster import node, providers
     from lockcheck.cluster.state import Registry, RunState
 
     seen: list[list[str]] = []
@@ -350,8 +351,10 @@ def test_cluster_down_with_run_ids_removes_those_clusters_only(
     monkeypatch.setattr(providers, "provider", lambda name: fake)
     monkeypatch.setattr(preflight, "is_root", lambda: True)
     reg = Registry(tmp_path)
-    for rid, kind in (("aaa111", "cluster"), ("bbb222", "cluster"), ("ccc333", "test")):
+    for rid, kind in (("aaa111", "cluster"), ("bbb222", "cluster"), ("ddd444", "test")):
         reg.save(RunState(rid, kind, 1, None, "", "", "", provider="fake"))
+    me = os.getpid()  # a test run whose owner is alive: this process
+    reg.save(RunState("ccc333", "test", me, node.pid_start_time(me), "", "", "", provider="fake"))
 
     def down(*ids: str) -> Result:
         return CliRunner().invoke(main, ["cluster", "down", *ids], obj=reg,
@@ -361,10 +364,14 @@ def test_cluster_down_with_run_ids_removes_those_clusters_only(
     assert r.exit_code == 0 and r.stdout.strip() == "removed: bbb222"
     assert seen == [["bbb222"]]
     r = down("ccc333")
-    assert r.exit_code == exitcodes.BAD_INPUT and "a test run" in one_error_line(r)
+    assert r.exit_code == exitcodes.BAD_INPUT and "still running" in one_error_line(r)
     r = down("zzz999")
     assert r.exit_code == exitcodes.BAD_INPUT and "no such run" in one_error_line(r)
     assert seen == [["bbb222"]]
+    # what a killed run left is removed by its id too, and nothing else
+    r = down("ddd444")
+    assert r.exit_code == 0 and r.stdout.strip() == "removed: ddd444"
+    assert seen == [["bbb222"], ["ddd444"]]
 
 
 def test_cluster_status_with_no_clusters(tmp_path: Path) -> None:
