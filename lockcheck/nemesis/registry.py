@@ -39,6 +39,8 @@ class NemesisKind:
     # is releasing right now): the intake then delivers each op at once instead of
     # gathering a wake-up's worth (lockcheck/intake.py)
     prompt: bool = False
+    # a fault aimed the way a published scenario aims it: what it is expected to show
+    shows: str = ""
 
     def make(self, ctx: RunContext) -> Nemesis:
         nem: Nemesis = load(self.build)(ctx)
@@ -144,6 +146,26 @@ NEMESES: dict[str, NemesisKind] = {
                                 "always in the path)",
                     build="lockcheck.nemesis.delay:delay",
                     prepare="lockcheck.nemesis.delay:prepare"),
+        # faults aimed the way the published scenarios aim them
+        NemesisKind(name="bridge-clock",
+                    description="partition-bridge's two groups of clients, then the clock "
+                                "of the master they share jumps --clock-offset-ms forward "
+                                "just after it made a grant that needed it",
+                    build="lockcheck.nemesis.bridge_clock:bridge_clock", clock=True,
+                    prepare=_CLOCK + "prepare", min_nodes=3,
+                    min_nodes_why="two groups of masters and one they share", prompt=True,
+                    shows="Kleppmann's Redlock clock scenario: a client of the other group "
+                          "is granted the lock while the holder's validity still runs "
+                          "(redlock: lease-safety and mutual-exclusion invalid)"),
+        NemesisKind(name="pause-past-lease",
+                    description="SIGSTOP a client worker just after it is granted a lock, "
+                                "until its lease ran out and a rival was granted it (at "
+                                "most --pause-ms, default 4x TTL plus the longest section)",
+                    build="lockcheck.nemesis.pause_past_lease:pause_past_lease",
+                    prompt=True,
+                    shows="Jepsen's etcd lock-set: the woken holder writes over the "
+                          "rival's update (etcd --workload lock-set: lock-set invalid, "
+                          "a lost update)"),
     ]
 }
 
