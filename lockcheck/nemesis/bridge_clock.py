@@ -1,19 +1,22 @@
 """`bridge-clock`: Kleppmann's Redlock clock scenario as one fault.
 
 The clients are split in two groups that each reach a bare quorum of the masters, the
-two quorums sharing one master (`partition-bridge`'s shape). The fault then waits for
-a grant that depends on that shared master (its yes was one of exactly a quorum) and
-jumps the shared master's clock forward by `--clock-offset-ms` (default 2x TTL) at
-once: the holder's key there expires, and a client of the other group makes its own
-quorum of the shared master and its two, while the first holder's validity, counted
-on its own clock, still runs. Redlock assumes every master's clock keeps the client's
-pace; nothing in the protocol can notice one that does not.
+two quorums sharing one master (`partition-bridge`'s shape), with one client alone in
+its group and every other client in the other. The fault waits for a grant to the lone
+client, which needs the shared master's yes, and at once jumps the shared master's
+clock forward by `--clock-offset-ms` (default 2x TTL): the holder's key there expires,
+and a client of the other group makes its own quorum of the shared master and its two,
+while the first holder's validity, counted on its own clock, still runs. Redlock
+assumes every master's clock keeps the client's pace; nothing in the protocol can
+notice one that does not.
 
 Both faults at random (`--nemesis partition-bridge,clock-bump --nemesis-mode all`)
 line up only when the clock fault happens to pick the bridge master while a holder
-leans on it; this fault aims them. It ends as soon as a rival holds the lock the aimed
-holder holds (`EndsItself`), at the latest after `--nemesis-duration`, and then puts
-the clock back and heals the partition.
+leans on it; this fault aims them. A holder that leaves before a rival comes had its
+key expire for nothing: the clock steps back and the next such grant is aimed at. The
+fault ends as soon as a rival holds the lock an aimed holder holds (`EndsItself`), at
+the latest after `--nemesis-duration`, and then puts the clock back and heals the
+partition.
 """
 
 from __future__ import annotations
@@ -28,9 +31,25 @@ from typing import Any
 from lockcheck.nemesis import grudge
 from lockcheck.nemesis.api import Holding, RunContext
 from lockcheck.nemesis.clock import Clocks, clocks_of
-from lockcheck.nemesis.partition import Partition, cuttable, joined
+from lockcheck.nemesis.grudge import Cut
+from lockcheck.nemesis.partition import Partition, cuttable
 
 log = logging.getLogger("lockcheck.nemesis")
+
+
+def one_against_the_rest(nodes: list[str], clients: list[str], rng: random.Random) -> Cut:
+    """partition-bridge's nodes, with one client alone on one side and every other
+    client on the other: the lone client's grants always lean on the bridge master, and
+    every other client is its rival there."""
+    cut = grudge.bridge(nodes, rng)
+    if not clients:
+        return cut
+    lone = rng.choice(clients)
+    a = [*cut.sides[0], lone]
+    b = [*cut.sides[1], *(c for c in clients if c != lone)]
+    g = grudge.merge(cut.grudge, grudge.complete([a, b]))
+    return Cut(cut.kind, g, sides=(tuple(a), tuple(b)), targets=cut.targets,
+               extra={**cut.extra, "lone": lone})
 
 
 def depends_on(h: Holding, node: str, nodes: int) -> bool:
@@ -46,6 +65,7 @@ class BridgeClock:
     holders: Callable[[], list[Holding]]
     next_enter: Callable[[float, Callable[[Holding], bool]], Holding | None]
     taken_over: Callable[[Holding], bool]
+    hosts: dict[int, str]  # client worker -> the host it runs on
     hold_s: float
     wait_s: float  # how long to wait for the first grant that leans on the bridge master
     aim: Callable[[Holding, str, int], bool] = depends_on
@@ -60,10 +80,10 @@ class BridgeClock:
 
     def start(self, rng: random.Random) -> dict[str, Any]:
         value = {**self.partition.start(rng), "fault": self.name}
-        bridge = str(value["bridge"])
+        bridge, lone = str(value["bridge"]), value.get("lone")
         self._aimed, self._first = [], threading.Event()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._aim_loop, args=(bridge,),
+        self._thread = threading.Thread(target=self._aim_loop, args=(bridge, lone),
                                         name=f"{self.name}-aim", daemon=True)
         self._thread.start()
         if not self._first.wait(self.wait_s) or not self._aimed:
@@ -74,7 +94,7 @@ class BridgeClock:
                 "aimed": {"worker": h.worker, "process": h.process, "key": h.key,
                           "granted_by": list(h.granted_by)}}
 
-    def _aim_loop(self, bridge: str) -> None:
+    def _aim_loop(self, bridge: str, lone: str | None) -> None:
         """Jump the bridge master's clock at each grant that leans on it, until one is
         taken over; a holder that left first had its key expire for nothing, so the
         clock steps back (keys set meanwhile live at most the offset longer) and waits
@@ -82,7 +102,8 @@ class BridgeClock:
         n = len(self.partition.nodes)
         try:
             while not self._stop.is_set():
-                h = self.next_enter(0.1, lambda x: self.aim(x, bridge, n))
+                h = self.next_enter(0.1, lambda x: self.hosts.get(x.worker) == lone
+                                    and self.aim(x, bridge, n))
                 if h is None or self._stop.is_set():
                     continue
                 self.clocks.set(bridge, float(self.offset_ms))
@@ -136,8 +157,8 @@ def bridge_clock(ctx: RunContext) -> BridgeClock:
     clocks, _ = clocks_of(ctx)
     part = Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
                      hold_s=spec.fault_duration, name="bridge-clock",
-                     shape=joined(grudge.bridge))
+                     shape=one_against_the_rest)
     return BridgeClock(part, clocks, spec.clock_offset, ctx.holders, ctx.next_enter,
-                       ctx.taken_over,
+                       ctx.taken_over, {w.index: w.host for w in ctx.workers},
                        hold_s=spec.fault_duration,
                        wait_s=max(1.0, spec.fault_duration, spec.hold_ms[1] / 1000.0))

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.nemesis.api import Holding, WorkerRef, ends_itself
-from lockcheck.nemesis.bridge_clock import BridgeClock, depends_on
+from lockcheck.nemesis.bridge_clock import BridgeClock, depends_on, one_against_the_rest
 from lockcheck.nemesis.client_pause import Holders
+from lockcheck.nemesis.grudge import sees
 from lockcheck.nemesis.pause_past_lease import PausePastLease, pause_over
 
 T0 = time.monotonic_ns()
@@ -114,14 +115,14 @@ def test_pause_past_lease_skips_when_nobody_is_granted() -> None:
 
 @dataclass
 class FakeBridge:
-    """partition-bridge's cut with n3 as the bridge, without touching a network."""
+    """partition-bridge's cut with n3 as the bridge and c0 alone, without a network."""
 
     nodes: list[str] = field(default_factory=lambda: ["n1", "n2", "n3", "n4", "n5"])
     healed: int = 0
 
     def start(self, rng: random.Random) -> dict[str, Any]:
         return {"fault": "partition", "targets": ["n1", "n2", "n4", "n5"], "kind": "bridge",
-                "bridge": "n3"}
+                "bridge": "n3", "lone": "c0"}
 
     def stop(self) -> dict[str, Any]:
         self.healed += 1
@@ -142,10 +143,14 @@ class FakeClocks:
         self.moves.append(("all", 0.0))
 
 
+# processes 1-3 are the lone client's worker (c0), 4-5 the others'
+HOSTS = {1: "c0", 2: "c0", 3: "c0", 4: "c1", 5: "c2"}
+
+
 def bridge_clock(h: Holders) -> tuple[BridgeClock, FakeBridge, FakeClocks]:
     part, clocks = FakeBridge(), FakeClocks()
     nem = BridgeClock(part, clocks, 2000, h.now, h.next_enter,  # type: ignore[arg-type]
-                      h.taken_over, hold_s=5.0, wait_s=2.0)
+                      h.taken_over, HOSTS, hold_s=5.0, wait_s=2.0)
     return nem, part, clocks
 
 
@@ -156,13 +161,29 @@ def wait_for(cond: Any, timeout: float = 2.0) -> None:
     assert cond()
 
 
+def test_one_client_alone_with_its_half_and_the_bridge() -> None:
+    nodes, clients = ["n1", "n2", "n3", "n4", "n5"], ["c0", "c1", "c2", "c3"]
+    for seed in range(20):
+        cut = one_against_the_rest(nodes, clients, random.Random(seed))
+        bridge, lone = str(cut.extra["bridge"]), str(cut.extra["lone"])
+        rivals = [c for c in clients if c != lone]
+        mine = sees(cut.grudge, lone, nodes)
+        assert bridge in mine and len(mine) == 3  # a bare quorum, the bridge in it
+        for c in rivals:
+            theirs = sees(cut.grudge, c, nodes)
+            assert len(theirs) == 3 and mine & theirs == {bridge}
+            assert lone not in sees(cut.grudge, c, clients)
+        assert sees(cut.grudge, bridge, [*nodes, *clients]) == {*nodes, *clients}
+
+
 def test_bridge_clock_jumps_the_bridge_master_after_a_grant_that_needed_it() -> None:
     h = Holders()
     nem, part, clocks = bridge_clock(h)
     assert ends_itself(nem)
-    # one grant on four masters and one without the bridge: neither needs n3's clock
+    # the lone client on four masters, then without the bridge, then a rival's grant
+    # that leans on the bridge: none of them is aimed at
     later = [enter(1, "k0", ("n1", "n2", "n3", "n4")), enter(2, "k1", ("n4", "n5", "n1")),
-             enter(3, "k2", ("n1", "n2", "n3"))]
+             enter(4, "k1", ("n3", "n4", "n5")), enter(3, "k2", ("n1", "n2", "n3"))]
     threading.Timer(0.05, lambda: [h.observe(op) for op in later]).start()
     v = nem.start(random.Random(1))
     assert v["targets"] == ["n3"] and v["aimed"]["process"] == 3
@@ -171,7 +192,7 @@ def test_bridge_clock_jumps_the_bridge_master_after_a_grant_that_needed_it() -> 
     h.observe(enter(3, "k2", f="exit"))
     wait_for(lambda: clocks.moves[-1] == ("n3", 0.0))
     assert not nem.ended()
-    h.observe(enter(4, "k2", ("n2", "n3", "n1")))
+    h.observe(enter(1, "k2", ("n2", "n3", "n1")))
     wait_for(lambda: clocks.moves[-1] == ("n3", 2000.0))
     h.observe(enter(5, "k2", ("n3", "n4", "n5")))  # the other group's client, granted
     wait_for(nem.ended)
