@@ -130,9 +130,8 @@ SCENARIOS = [
     Scenario("etcd-jepsen-lock-etcd-txn",
              ("--backend", "etcd-jepsen", "--resource", "etcd-txn", *_JEPSEN_LOCK_SET), False,
              "the same pauses, each write guarded by the writer's lock key in etcd"),
-    # the aimed faults' controls: the bridge without the clock (the clock aimed at a
-    # master of one group only is tests/integration/test_aimed_faults.py's), the pause
-    # with each write guarded by the writer's lock key
+    # the aimed faults' controls: the bridge without the clock, and the pause with each
+    # write guarded by the writer's lock key
     Scenario("redlock-bridge-no-clock",
              ("--backend", "redlock", "--nemesis", "partition-bridge"), False,
              "the same two groups of clients and their shared master, no clock fault"),

@@ -15,6 +15,7 @@ from lockcheck.nemesis.bridge_clock import BridgeClock, depends_on, one_against_
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.grudge import sees
 from lockcheck.nemesis.pause_past_lease import PausePastLease, pause_over
+from tests.unit.test_fault_targets import FakeDaemon
 
 T0 = time.monotonic_ns()
 
@@ -72,18 +73,6 @@ def test_taken_over_only_by_a_rival_while_the_holder_is_inside() -> None:
     h.observe(enter(3, "k2", f="exit"))
     h.observe(enter(4, "k2"))
     assert not h.taken_over(third)
-
-
-@dataclass
-class FakeDaemon:
-    signals: list[int] = field(default_factory=list)
-
-    def alive(self) -> bool:
-        return True
-
-    def signal(self, sig: int) -> bool:
-        self.signals.append(sig)
-        return True
 
 
 def test_pause_past_lease_stops_the_next_holder_until_a_rival_holds_its_lock() -> None:
