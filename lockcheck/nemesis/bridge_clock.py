@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockcheck.nemesis import grudge
@@ -154,7 +154,8 @@ class BridgeClock:
 def bridge_clock(ctx: RunContext) -> BridgeClock:
     spec = ctx.spec
     assert ctx.next_enter is not None and ctx.taken_over is not None
-    clocks, _ = clocks_of(ctx)
+    # the bridge master's clock, whatever --clock-targets says of the other clock faults
+    clocks, _ = clocks_of(replace(ctx, spec=replace(spec, clock_targets="nodes")))
     part = Partition(list(ctx.cluster.nodes), cuttable(ctx.cluster.clients),
                      hold_s=spec.fault_duration, name="bridge-clock",
                      shape=one_against_the_rest)
