@@ -81,6 +81,14 @@ SCENARIOS = [
               "--hold-ms", "200-800", "--clock-rate", "10",
               "--nemesis-interval", "0.5", "--nemesis-duration", "3"), True,
              "a fast clock on the master two groups of clients share"),
+    # the same two published scenarios as one aimed fault each, every option at its
+    # default (lockcheck/nemesis/bridge_clock.py, pause_past_lease.py)
+    Scenario("redlock-bridge-clock", ("--backend", "redlock", "--nemesis", "bridge-clock"),
+             True, "the bridge master's clock jumps just after a grant that needed it"),
+    Scenario("etcd-lock-set-pause-past-lease",
+             ("--backend", "etcd", "--workload", "lock-set", "--nemesis", "pause-past-lease"),
+             True, "Jepsen's etcd lock-set: a holder paused from its grant until a rival "
+                   "holds the lock"),
     Scenario("postgres-clock-bump", ("--backend", "postgres", "--nemesis", "clock-bump"), True,
              "the lease table's server clock jumps 2 x TTL: held leases are granted again"),
     Scenario("sentinel-partition-primary",
@@ -121,6 +129,15 @@ SCENARIOS = [
              "Redlock with restarts delayed past the TTL (antirez's rule)"),
     Scenario("etcd-jepsen-lock-etcd-txn",
              ("--backend", "etcd-jepsen", "--resource", "etcd-txn", *_JEPSEN_LOCK_SET), False,
+             "the same pauses, each write guarded by the writer's lock key in etcd"),
+    # the aimed faults' controls: the bridge without the clock, and the pause with each
+    # write guarded by the writer's lock key
+    Scenario("redlock-bridge-no-clock",
+             ("--backend", "redlock", "--nemesis", "partition-bridge"), False,
+             "the same two groups of clients and their shared master, no clock fault"),
+    Scenario("etcd-lock-set-etcd-txn-pause-past-lease",
+             ("--backend", "etcd", "--workload", "lock-set", "--resource", "etcd-txn",
+              "--nemesis", "pause-past-lease"), False,
              "the same pauses, each write guarded by the writer's lock key in etcd"),
     Scenario("redlock-pause-at-acquire", ("--backend", "redlock", *_PAUSE_AT_ACQUIRE), False,
              "pottery checks the elapsed time and refuses the late grant"),

@@ -508,6 +508,8 @@ class Run:
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
                          holders=self.holders.now, next_exit=self.holders.next_exit,
                          stopped_at_acquire=self.holders.stopped_at_acquire,
+                         next_enter=self.holders.next_enter,
+                         taken_over=self.holders.taken_over,
                          prepared=dict(self.prepared))
         nemeses: list[Nemesis] = [NEMESES[n].make(ctx) for n in spec.nemesis]
 

@@ -84,6 +84,10 @@ class RunContext:
     # arm workers to stop at their next granted acquire, then wait for one to say it did
     stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
                                   float], Holding | None] | None = None
+    # the next holder to enter a critical section that a predicate accepts, waiting up
+    # to the given seconds; and whether another process was granted a holder's lock since
+    next_enter: Callable[[float, Callable[[Holding], bool]], Holding | None] | None = None
+    taken_over: Callable[[Holding], bool] | None = None
     # what the faults' prepare steps made (nemesis/registry.py), by step
     prepared: Mapping[str, Any] = field(default_factory=dict)
 

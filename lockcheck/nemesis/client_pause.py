@@ -27,6 +27,7 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,10 @@ class Holders:
         self._last_exit: Holding | None = None
         self._stops: list[Holding] = []  # stop-at-acquire events, in order
         self._entered: set[int] = set()  # workers that have held a lock (they are up)
+        self._enters = 0
+        self._recent: deque[tuple[int, Holding]] = deque(maxlen=256)  # (count, enter)
+        # holders another process was granted the same lock from, while they were inside
+        self._overtaken: set[tuple[str, int, int]] = set()
 
     def observe(self, op: Mapping[str, Any]) -> None:
         if op.get("type") != "event" or op.get("key") is None:
@@ -56,12 +61,17 @@ class Holders:
                 self._entered.add(int(op.get("worker", -1)))
                 v = op.get("value")
                 v = v if isinstance(v, dict) else {}
-                self._inside[k] = Holding(
+                self._overtaken.update(_ident(x) for x in self._inside.values()
+                                       if x.key == op["key"] and x.process != op.get("process"))
+                held = self._inside[k] = Holding(
                     worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
                     key=str(op["key"]), fence=v.get("fence"),
                     since_ns=int(op.get("time", 0)),
                     granted_by=tuple(str(n) for n in v.get("granted_by") or ()),
                     refused_by=tuple(str(n) for n in v.get("refused_by") or ()))
+                self._enters += 1
+                self._recent.append((self._enters, held))
+                self._exited.notify_all()
             elif op.get("f") == "exit":
                 h = self._inside.pop(k, None)
                 if h is not None:
@@ -99,6 +109,29 @@ class Holders:
             self._exited.wait_for(came, timeout)
             return found[0] if found else None
 
+    def next_enter(self, timeout: float,
+                   accept: Callable[[Holding], bool] = lambda h: True) -> Holding | None:
+        """The next holder to enter a critical section from now on (just granted) that
+        `accept`s, or None if none does within `timeout` seconds."""
+        with self._lock:
+            seen = self._enters
+            found: list[Holding] = []
+
+            def came() -> bool:
+                nonlocal seen
+                new = [h for n, h in self._recent if n > seen]
+                seen = self._enters
+                found[:] = [h for h in new if accept(h)][:1]
+                return bool(found)
+
+            self._exited.wait_for(came, timeout)
+            return found[0] if found else None
+
+    def taken_over(self, h: Holding) -> bool:
+        """Another process was granted `h`'s lock while `h` was still inside."""
+        with self._lock:
+            return _ident(h) in self._overtaken
+
     def next_exit(self, timeout: float) -> Holding | None:
         """The next holder to leave its critical section from now on (it is releasing
         right now), or None if nobody does within `timeout` seconds."""
@@ -107,6 +140,10 @@ class Holders:
             if not self._exited.wait_for(lambda: self._exits != seen, timeout):
                 return None
             return self._last_exit
+
+
+def _ident(h: Holding) -> tuple[str, int, int]:
+    return h.key, h.process, h.since_ns
 
 
 @dataclass

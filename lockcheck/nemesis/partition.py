@@ -39,7 +39,7 @@ def value_of(name: str, cut: Cut) -> dict[str, Any]:
                          "grudge": grudge.plain(cut.grudge)}
     if cut.sides:
         v["sides"] = [list(s) for s in cut.sides]
-    for k in ("bridge", "ring", "holder", "skipped"):
+    for k in ("bridge", "ring", "lone", "holder", "skipped"):
         if k in cut.extra:
             v[k] = cut.extra[k]
     return v

@@ -39,13 +39,16 @@ class NemesisKind:
     # is releasing right now): the intake then delivers each op at once instead of
     # gathering a wake-up's worth (lockcheck/intake.py)
     prompt: bool = False
+    # a fault aimed the way a published scenario aims it: what it is expected to show
+    shows: str = ""
 
     def make(self, ctx: RunContext) -> Nemesis:
         nem: Nemesis = load(self.build)(ctx)
         return nem
 
     def needs_for(self, spec: TestSpec | None = None) -> tuple[str, ...]:
-        if self.clock and (spec is None or spec.clock_targets != "clients"):
+        if self.clock and "clock" not in self.needs and \
+                (spec is None or spec.clock_targets != "clients"):
             return (*self.needs, "clock")
         return self.needs
 
@@ -99,7 +102,10 @@ NEMESES: dict[str, NemesisKind] = {
                                 "(ZooKeeper), cut from every other node and client, as it "
                                 "enters its critical section: its session expires on the "
                                 "quorum side while it holds on",
-                    build="lockcheck.nemesis.holder_partition:partition_holder"),
+                    build="lockcheck.nemesis.holder_partition:partition_holder",
+                    shows="a holder cut off keeps working while the quorum grants its lock "
+                          "to a rival (zookeeper-lost-only: mutual-exclusion invalid; "
+                          "zookeeper, which stops on a suspended session: valid)"),
         NemesisKind(name="kill",
                     description="SIGKILL the server on one node or a minority; restart it "
                                 "--restart-delay-ms later",
@@ -155,7 +161,31 @@ NEMESES: dict[str, NemesisKind] = {
                                 "starts promoting a replica (at most --nemesis-duration, "
                                 "default the larger of --nemesis-interval and 10 s)",
                     build="lockcheck.nemesis.promotion_pause:pause_until_promotion",
-                    needs=("pause", "primary", "sentinel-events")),
+                    needs=("pause", "primary", "sentinel-events"),
+                    shows="the old primary, resumed as its replica is promoted, grants "
+                          "locks the new primary grants again (redis-sentinel: "
+                          "mutual-exclusion invalid; redis-sentinel-wait: valid)"),
+        # faults aimed the way the published scenarios aim them
+        NemesisKind(name="bridge-clock",
+                    description="partition-bridge with one client alone on one side; the "
+                                "clock of the master both sides share jumps "
+                                "--clock-offset-ms forward just after it granted that "
+                                "client a lock",
+                    build="lockcheck.nemesis.bridge_clock:bridge_clock", needs=("clock",),
+                    clock=True, min_nodes=3,
+                    min_nodes_why="two groups of masters and one they share", prompt=True,
+                    shows="Kleppmann's Redlock clock scenario: a client of the other group "
+                          "is granted the lock while the holder's validity still runs "
+                          "(redlock: lease-safety and mutual-exclusion invalid)"),
+        NemesisKind(name="pause-past-lease",
+                    description="SIGSTOP a client worker just after it is granted a lock, "
+                                "until its lease ran out and a rival was granted it (at "
+                                "most --pause-ms, default 4x TTL plus the longest section)",
+                    build="lockcheck.nemesis.pause_past_lease:pause_past_lease",
+                    prompt=True,
+                    shows="Jepsen's etcd lock-set: the woken holder writes over the "
+                          "rival's update (etcd --workload lock-set: lock-set invalid, "
+                          "a lost update)"),
     ]
 }
 

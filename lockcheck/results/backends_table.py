@@ -9,7 +9,7 @@ from typing import Any
 from lockcheck.backends import BACKENDS
 from lockcheck.clients import CLIENTS
 from lockcheck.cluster.api import capabilities
-from lockcheck.nemesis.registry import supported
+from lockcheck.nemesis.registry import NEMESES, NemesisKind, supported
 from lockcheck.results.progress import table
 from lockcheck.spec import TestSpec
 
@@ -37,6 +37,11 @@ def backend_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def aimed_faults() -> list[NemesisKind]:
+    """The faults that reproduce a published scenario, each with what it shows."""
+    return [k for k in NEMESES.values() if k.shows]
+
+
 def _version(library: str) -> str:
     try:
         return importlib.metadata.version(library)
@@ -57,6 +62,10 @@ def render_backends(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(f"{r['backend']}: {r['description']}.")
         lines.append(f"  fence: {r['fence'] or 'none (the backend issues no fencing token)'}")
         lines.append(f"  expect: {r['expect']}.")
+    lines += ["", "Faults aimed the way published scenarios aim them (--nemesis NAME):", ""]
+    for k in aimed_faults():
+        lines.append(f"{k.name}: {k.description}.")
+        lines.append(f"  shows: {k.shows}.")
     if adapters:
         lines += ["", "Clients of lock libraries, run against a backend's servers with "
                   "--client NAME (or your own: --client MODULE:FACTORY):", ""]

@@ -1,0 +1,102 @@
+"""The aimed faults find their published scenarios with every option at its default.
+
+* `bridge-clock` on Redlock (Kleppmann): the master that both groups of clients share
+  has its clock jumped just after a grant that needed it; a client of the other group
+  is granted the lock while the holder's validity runs.
+* `pause-past-lease` on etcd's lock-set (Jepsen): a holder stopped from its grant until
+  a rival holds the lock wakes and writes; one of the two updates is lost.
+
+Both runs start together (15 s each, their own clusters). A run that finds nothing is
+made again, up to three runs in all, and the first that detects is examined: each
+fault needs a rival to ask in time, and on a loaded machine a window can pass unused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockcheck.history import Op, read_history
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+RUNS: dict[str, tuple[str, ...]] = {
+    "bridge_clock": ("--backend", "redlock", "--nemesis", "bridge-clock"),
+    "pause_past_lease": ("--backend", "etcd", "--workload", "lock-set",
+                         "--nemesis", "pause-past-lease"),
+}
+SHORT = ("--time-limit", "15", "--quiet", "2")
+TRIES = 3
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> dict[str, tuple[Any, list[str]]]:
+    """Each run's first that detected (or its last), with the runs before it."""
+    started = {n: module_cli.start("test", *args, *SHORT) for n, args in RUNS.items()}
+    done = {n: p.wait(timeout=150) for n, p in started.items()}
+    tried: dict[str, list[str]] = {n: [] for n in RUNS}
+    for name in RUNS:
+        while done[name].code != 1 and len(tried[name]) < TRIES - 1:
+            tried[name].append(f"{done[name].run_dir}: exit {done[name].code}")
+            done[name] = module_cli("test", *RUNS[name], *SHORT, timeout=150)
+    module_cli.assert_no_leftovers(None)
+    return {n: (done[n], tried[n]) for n in RUNS}
+
+
+def windows(ops: list[Op], start_f: str, stop_f: str) -> list[tuple[Op, int]]:
+    """Each start of a fault that was not skipped, with the time it was stopped."""
+    out, start = [], None
+    for o in ops:
+        if o.process != "nemesis" or o.type != "info":
+            continue
+        if o.f == start_f and "skipped" not in o.value:
+            start = o
+        elif o.f == stop_f and start is not None:
+            out.append((start, o.time))
+            start = None
+    return out
+
+
+def test_bridge_clock_finds_kleppmanns_clock_scenario(runs: dict[str, Any]) -> None:
+    r, tried = runs["bridge_clock"]
+    assert r.code == 1, (tried, r.explain())
+    c = r.results()["checkers"]
+    assert c["mutual-exclusion"]["valid"] is False, c["mutual-exclusion"]
+    grants = c["lease-safety"]["violations"]
+    assert c["lease-safety"]["valid"] is False and grants, c["lease-safety"]
+    ops = read_history(r.run_dir / "history.jsonl")
+    jumps = windows(ops, "start-bridge-clock", "stop-bridge-clock")
+    assert jumps, "no grant leaned on the bridge master"
+    enters = [o for o in ops if o.type == "event" and o.f == "enter"]
+    explained = []
+    for g in grants:
+        rival = g["granted"]
+        entered = next(o for o in enters if o.process == rival["process"]
+                       and o.key == g["key"] and o.time >= rival["ok_ns"])
+        for start, stop in jumps:
+            # granted while the bridge master's clock was ahead, with that master's yes
+            bridge = start.value["bridge"]
+            if start.time <= rival["ok_ns"] <= stop and \
+                    bridge in entered.value.get("granted_by", []):
+                explained.append((g["key"], bridge))
+    assert explained, (grants[:2], [(s.value, t) for s, t in jumps])
+
+
+def test_pause_past_lease_finds_jepsens_lost_update(runs: dict[str, Any]) -> None:
+    r, tried = runs["pause_past_lease"]
+    assert r.code == 1, (tried, r.explain())
+    c = r.results()["checkers"]
+    lost = c["lock-set"]["lost"]
+    assert c["lock-set"]["valid"] is False and lost, c["lock-set"]
+    assert c["lease-safety"]["valid"] is True  # the rival came after the lease expired
+    ops = read_history(r.run_dir / "history.jsonl")
+    pauses = windows(ops, "pause-client", "resume-client")
+    assert pauses and all(s.value["fault"] == "pause-past-lease" for s, _ in pauses)
+    paused = {s.value["process"] for s, _ in pauses}
+    # each lost update is the paused holder's or the rival's its late write erased
+    assert any({x["process"], x["erased_by"]["process"]} & paused for x in lost), \
+        (lost[:2], paused)
+    stops = [o for o in ops if o.process == "nemesis" and o.f == "resume-client"
+             and o.type == "info"]
+    assert any(o.value.get("taken_over") for o in stops)
