@@ -66,7 +66,10 @@ def assert_history_times_true(ops: list[Op], elapsed_s: float) -> None:
 
 
 def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None:
+    # seed 7: the first five windows are five kinds (the choices follow the seed, the
+    # number of windows the timing); at random, 4 kinds in 9 windows happened once
     r = cli("test", "--nemesis", ",".join(NEW_FAULTS), "--nodes", "5", "--time-limit", "9",
+            "--seed", "7",
             "--nemesis-interval", "0.2", "--nemesis-duration", "0.5", "--quiet", "2.5",
             "--clock-targets", "all", "--clock-offset-ms", "3600000", timeout=180)
     assert r.code in (0, 1), r.explain()

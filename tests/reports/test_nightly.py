@@ -55,7 +55,9 @@ def resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
 
 
 def options_of(cmd: click.Command) -> dict[str, click.Option]:
-    return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+    # as click sees them when it parses: some come from the registries then
+    params = cmd.get_params(click.Context(cmd))
+    return {o: p for p in params if isinstance(p, click.Option) for o in p.opts}
 
 
 def test_triggers_runner_and_setup() -> None:
