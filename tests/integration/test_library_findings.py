@@ -144,7 +144,7 @@ def terminated_holder(v: dict[str, Any], ops: list[Op]) -> bool:
             continue
         if o.type == "invoke":
             began = o.time
-        elif o.value.get("pids") and began is not None and \
+        elif (o.value or {}).get("pids") and began is not None and \
                 began < rival_start and o.time > start:
             return v["exit_reasons"][0] == "done"
     return False
