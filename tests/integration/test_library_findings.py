@@ -1,0 +1,238 @@
+"""L1-L5 of docs/findings.md: lock libraries, unmodified, through `--client`.
+
+* L1 python-redis-lock under `client-pause`: a holder paused past its key's expiry
+  overlaps the holders after it (INVALID);
+* L2 python-redis-lock with `auto_renewal` under `partition`: the library's renewal
+  thread dies on a timed-out `extend()` (the traceback in the worker's log is its
+  only trace), and an overlap, when there is one, is a holder the partition cut off;
+* L3 portalocker's `RedisLock` with its fence, `--workload fenced`, `client-pause`:
+  the resource accepts no stale write, and an overlap is a paused holder's;
+* L4 redlock-py with one master killed: a grant on a quorum with an error is
+  reported as a failure and kept, so its key is refused ("busy") for a TTL, while
+  the checkers stay valid;
+* L5 PALs under `failover`: a holder whose session was terminated goes on working
+  beside the next holder (INVALID).
+
+Each finding's command, as the findings give it, runs with its seed. The runs start
+together (each has its own run id and subnet); a run that does not show its finding
+is made again, up to three runs in all, and the first that shows it is examined: a
+fault must find a holder and a rival must ask in time, and on a loaded machine a
+window can pass unused. A run that showed nothing is named in the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lockcheck.history import Op, read_history
+
+from .test_aimed_faults import windows
+from .test_redlock import run_all
+
+# three rounds of runs that include client workers slow to start on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.timeout(600)]
+
+RUNS: dict[str, tuple[str, ...]] = {
+    "L1": ("--backend", "redis", "--client", "python-redis-lock", "--nemesis", "client-pause",
+           "--keys", "1", "--time-limit", "12", "--nemesis-interval", "1", "--seed", "1"),
+    "L2": ("--backend", "redis", "--client", "python-redis-lock-auto-renewal",
+           "--nemesis", "partition", "--hold-ms", "1500-3000", "--time-limit", "15",
+           "--nemesis-interval", "2", "--seed", "1"),
+    "L3": ("--backend", "redis", "--client", "portalocker", "--workload", "fenced",
+           "--nemesis", "client-pause", "--keys", "1", "--time-limit", "12",
+           "--nemesis-interval", "1", "--pause-ms", "2000", "--seed", "1"),
+    "L4": ("--backend", "redlock", "--client", "redlock-py", "--nemesis", "kill",
+           "--kill-targets", "one", "--restart-delay-ms", "1000", "--time-limit", "12",
+           "--nemesis-interval", "1", "--seed", "1"),
+    "L5": ("--backend", "postgres", "--client", "pals", "--nemesis", "failover",
+           "--hold-ms", "300-800", "--time-limit", "25", "--nemesis-interval", "1.5",
+           "--seed", "1"),
+}
+TRIES = 3
+
+
+def ops_of(r: Any) -> list[Op]:
+    return read_history(r.run_dir / "history.jsonl")
+
+
+def checkers(r: Any) -> dict[str, Any]:
+    res: dict[str, Any] = r.results()["checkers"]
+    return res
+
+
+def overlapped(r: Any) -> bool:
+    return r.code == 1 and checkers(r)["mutual-exclusion"]["valid"] is False
+
+
+def pauses(ops: list[Op]) -> list[tuple[Op, int]]:
+    """Each pause that stopped a holder, with the time it was resumed."""
+    return windows(ops, "pause-client", "resume-client")
+
+
+def paused_holder(v: dict[str, Any], ops: list[Op]) -> bool:
+    """One of an overlap's two was stopped inside the section that overlaps, and the
+    other entered after that pause began."""
+    for i in (0, 1):
+        (start, end), rival_start = v["sections"][i], v["sections"][1 - i][0]
+        for p, _ in pauses(ops):
+            if (p.value["process"] == v["processes"][i] and p.value["key"] == v["key"]
+                    and start <= p.time <= end and rival_start >= p.time):
+                return True
+    return False
+
+
+def renewal_thread_timeouts(r: Any) -> list[str]:
+    """Worker logs with the traceback of python-redis-lock's renewal thread ended by a
+    timed-out `extend()`."""
+    out = []
+    for log in sorted((r.run_dir / "workers").glob("c*.log")):
+        text = log.read_text(errors="replace")
+        if "_lock_renewer" in text and "lock.extend(" in text and \
+                "redis.exceptions.TimeoutError: Timeout reading from socket" in text:
+            out.append(log.name)
+    return out
+
+
+def cut_off_holder(v: dict[str, Any], ops: list[Op]) -> bool:
+    """One of an overlap's two was inside when a partition cut its client off from a
+    server, the overlap began once that partition was in place, and nothing told that
+    holder (it left with `done`)."""
+    for i in (0, 1):
+        host, (start, _) = f"c{v['workers'][i]}", v["sections"][i]
+        for cut, healed in windows(ops, "start-partition", "stop-partition"):
+            dropped = cut.value["grudge"].get(host, [])
+            if (any(h.startswith("n") for h in dropped) and start < healed
+                    and v["start"] >= cut.time and v["exit_reasons"][i] == "done"):
+                return True
+    return False
+
+
+def kept_failures(ops: list[Op], ttl_ms: int) -> list[tuple[Op, int, int]]:
+    """Acquires reported failed ("failed: ...") whose key was then refused as busy
+    until a TTL after the attempt: (the failed completion, the busy refusals, the ns
+    from the attempt to the key's next grant)."""
+    out = []
+    invoked: dict[Any, Op] = {}
+    acquires = [o for o in ops if o.f == "acquire" and o.key is not None]
+    for n, o in enumerate(acquires):
+        if o.type == "invoke":
+            invoked[o.process] = o
+        if not (o.type == "fail" and (o.error or "").startswith("failed:")):
+            continue
+        later = acquires[n + 1:]
+        granted = next((x for x in later if x.key == o.key and x.type == "ok"), None)
+        if granted is None:
+            continue
+        busy = sum(1 for x in later if x.key == o.key and x.type == "fail"
+                   and x.error == "busy" and x.time < granted.time)
+        kept = granted.time - invoked[o.process].time
+        if busy and kept >= ttl_ms * 1_000_000:
+            out.append((o, busy, kept))
+    return out
+
+
+def terminated_holder(v: dict[str, Any], ops: list[Op]) -> bool:
+    """The earlier of an overlap's two left with `done` (nothing told it), and a
+    failover terminated sessions between its entry and the next holder's."""
+    (start, _), rival_start = v["sections"][0], v["sections"][1][0]
+    began = None
+    for o in ops:
+        if o.process != "nemesis" or o.f != "failover":
+            continue
+        if o.type == "invoke":
+            began = o.time
+        elif (o.value or {}).get("pids") and began is not None and \
+                began < rival_start and o.time > start:
+            return v["exit_reasons"][0] == "done"
+    return False
+
+
+DETECTS: dict[str, Callable[[Any], bool]] = {
+    "L1": overlapped,
+    "L2": lambda r: bool(renewal_thread_timeouts(r)),
+    "L3": overlapped,
+    "L4": lambda r: bool(kept_failures(ops_of(r), r.test_json()["ttl_ms"])),
+    "L5": overlapped,
+}
+
+
+@pytest.fixture(scope="module")
+def runs(module_cli: Any) -> dict[str, tuple[Any, list[str]]]:
+    """Each finding's first run that showed it (or its last), with the runs before it."""
+    found: dict[str, Any] = {}
+    tried: dict[str, list[str]] = {n: [] for n in RUNS}
+    pending = dict(RUNS)
+    for _ in range(TRIES):
+        for done in run_all(module_cli, pending):
+            for name, r in done.items():
+                found[name] = r
+                if not DETECTS[name](r):
+                    tried[name].append(f"{r.run_dir}: exit {r.code}")
+        pending = {n: RUNS[n] for n in RUNS if not DETECTS[n](found[n])}
+        if not pending:
+            break
+    return {n: (found[n], tried[n]) for n in RUNS}
+
+
+def test_l1_python_redis_lock_paused_holder_overlaps_the_next(
+        runs: dict[str, tuple[Any, list[str]]]) -> None:
+    r, tried = runs["L1"]
+    assert overlapped(r), (tried, r.explain())
+    me = checkers(r)["mutual-exclusion"]
+    ops = ops_of(r)
+    assert pauses(ops), "no pause stopped a holder"
+    lonely = [v for v in me["violations"] if not paused_holder(v, ops)]
+    assert not lonely, lonely[:3]
+
+
+def test_l2_auto_renewal_thread_dies_on_a_timed_out_extend(
+        runs: dict[str, tuple[Any, list[str]]]) -> None:
+    r, tried = runs["L2"]
+    assert renewal_thread_timeouts(r), (tried, r.explain())
+    assert windows(ops_of(r), "start-partition", "stop-partition")
+    me = checkers(r)["mutual-exclusion"]
+    if me["valid"] is False:  # 2 of 5 runs: the lock expired under a holder cut off
+        ops = ops_of(r)
+        lonely = [v for v in me["violations"] if not cut_off_holder(v, ops)]
+        assert not lonely, lonely[:3]
+
+
+def test_l3_portalocker_fence_refuses_the_paused_holder(
+        runs: dict[str, tuple[Any, list[str]]]) -> None:
+    r, tried = runs["L3"]
+    ops = ops_of(r)
+    assert pauses(ops), (tried, "no pause stopped a holder", r.explain())
+    fe = checkers(r)["fencing"]
+    assert fe["fenced_acquisitions"] > 0 and fe["accepted"] > 0, fe
+    assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0, fe
+    me = checkers(r)["mutual-exclusion"]
+    if me["valid"] is False:  # 2 of 6 runs: the paused holder's section spans the takeover
+        lonely = [v for v in me["violations"] if not paused_holder(v, ops)]
+        assert not lonely, lonely[:3]
+
+
+def test_l4_redlock_py_keeps_a_grant_it_reported_failed(
+        runs: dict[str, tuple[Any, list[str]]]) -> None:
+    r, tried = runs["L4"]
+    ops = ops_of(r)
+    kept = kept_failures(ops, r.test_json()["ttl_ms"])
+    failed = [o for o in ops if o.type == "fail" and (o.error or "").startswith("failed:")]
+    assert kept, (tried, [o.to_json() for o in failed[:3]], r.explain())
+    assert windows(ops, "kill", "restart")
+    # nothing is held twice: lost availability, not safety
+    assert r.code == 0, r.explain()
+    c = checkers(r)
+    assert c["mutual-exclusion"]["valid"] is True and c["lease-safety"]["valid"] is True
+
+
+def test_l5_pals_terminated_session_holder_overlaps_the_next(
+        runs: dict[str, tuple[Any, list[str]]]) -> None:
+    r, tried = runs["L5"]
+    assert overlapped(r), (tried, r.explain())
+    me = checkers(r)["mutual-exclusion"]
+    ops = ops_of(r)
+    lonely = [v for v in me["violations"] if not terminated_holder(v, ops)]
+    assert not lonely, lonely[:3]
