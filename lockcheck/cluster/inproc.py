@@ -28,7 +28,7 @@ from lockcheck.cluster.faketime import remove_shm
 from lockcheck.cluster.netns import _kill_pids, new_run_id
 from lockcheck.cluster.node import LocalDaemon, check_proc, pid_alive, pid_start_time
 from lockcheck.cluster.providers import ClusterRequest, Provider
-from lockcheck.cluster.state import Registry, RunState
+from lockcheck.cluster.state import Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 NAME = "inproc"
@@ -145,9 +145,8 @@ class InprocCluster:
     def keep(self, services: Mapping[str, Mapping[str, object]]) -> None:
         if self.state is None:
             return
-        self.state.kind = self.kind = "cluster"
-        self.state.services = {k: dict(v) for k, v in services.items()}
-        self.registry.save(self.state)
+        self.kind = "cluster"
+        keep_running(self.state, self.registry, services)
         self.state = None  # down() must not remove it now
 
     def down(self) -> None:

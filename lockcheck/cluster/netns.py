@@ -25,7 +25,7 @@ from typing import IO, Any
 from lockcheck.cluster.faketime import remove_shm
 from lockcheck.cluster.node import LocalDaemon, pid_alive, pid_start_time, replace_file
 from lockcheck.cluster.providers import ClusterRequest, Provider
-from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry, RunState
+from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry, RunState, keep_running
 from lockcheck.errors import BadInput
 
 NS_RE = re.compile(r"^lc-([0-9a-f]{6})-[nc]\d+$")
@@ -297,9 +297,8 @@ class LocalCluster:
         """Leave it running: `lockcheck cluster down` (or status) finds it by its kind."""
         if self.state is None:
             return
-        self.state.kind = self.kind = "cluster"
-        self.state.services = {k: dict(v) for k, v in services.items()}
-        self.registry.save(self.state)
+        self.kind = "cluster"
+        keep_running(self.state, self.registry, services)
         self.state = None  # down() must not remove it now
 
     def down(self) -> None:

@@ -14,7 +14,6 @@ the worker with SIGCONT. SIGUSR2 disarms the workers that did not get that far f
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -33,7 +32,11 @@ class AcquireStop:
     def __init__(self, rec: Record, flush: Callable[[], None], worker: int,
                  stop: Callable[[], None] | None = None) -> None:
         self.rec, self.flush = rec, flush
-        self.stop = stop or (lambda: os.kill(os.getpid(), signal.SIGSTOP))
+        # aimed at this thread (tgkill), so that it stops on its way back from the call:
+        # a SIGSTOP sent to the process with kill() was once taken up late, after the
+        # lock client had read its replies (0.6 ms later, on a loaded machine)
+        self.stop = stop or (lambda: signal.pthread_kill(threading.get_ident(),
+                                                         signal.SIGSTOP))
         self.process: Callable[[], int] = lambda: worker
         self.armed = False
         self.lock = threading.Lock()

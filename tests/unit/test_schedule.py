@@ -174,3 +174,29 @@ def test_a_fault_that_ends_itself_is_stopped_then_not_after_its_hold() -> None:
     stops = [t for kind, _, t in log if kind == "stop"]
     assert starts and stops, log
     assert 0.2 <= stops[0] - starts[0] < 1.0  # its own end, long before the 5 s hold
+
+
+@dataclass
+class SlowStart(Scripted):
+    """A fault that waits for its moment as it starts (an aimed kill waits for a holder)."""
+
+    wait_s: float = 0.6
+
+    def start(self, rng: random.Random) -> dict[str, Any]:
+        time.sleep(self.wait_s)
+        return super().start(rng)
+
+
+def test_a_fault_that_started_late_is_held_its_whole_hold_past_the_schedules_end() -> None:
+    # a kill restarted at the schedule's end instead of after its restart delay once
+    # made a delayed restart look like an immediate one
+    log: list[tuple[str, str, float]] = []
+    nem = SlowStart("kill", hold_s=0.5, log=log, wait_s=0.6)
+    s, _ = schedule([nem], interval=0.1, run_s=0.7, mode="one")
+    s.start()
+    s.join(timeout=5)
+    s.finish()
+    starts = [t for kind, _, t in log if kind == "start"]
+    stops = [t for kind, _, t in log if kind == "stop"]
+    assert len(starts) == 1 and len(stops) == 1, log
+    assert stops[0] - starts[0] >= 0.5
