@@ -69,6 +69,12 @@ def ops_of(r: Any) -> list[Op]:
 def test_client_pause_gives_overlapping_critical_sections(module_cli: Any,
                                                            runs: dict[str, Any]) -> None:
     r = runs["pause"]
+    # up to three runs, the first that detects examined: on a loaded machine the
+    # workers start late, and a run may get one pause whose key nobody else wanted
+    for _ in range(2):
+        if r.code == 1:
+            break
+        r = module_cli("test", *RUNS["pause"], timeout=150)
     assert r.code == 1, r.explain()
     res = r.results()
     me = res["checkers"]["mutual-exclusion"]
