@@ -31,6 +31,7 @@ from lockcheck import __version__
 from lockcheck.backends import Backend, backend
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
+from lockcheck.checker.verdict import cut_short, harness_failed
 from lockcheck.clients import ResolvedClient, probe_factory, resolve_client
 from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
@@ -623,9 +624,7 @@ class Run:
         if self.workers_gone:
             cut_short(results, "every client worker exited before the time limit")
         if failure is not None:
-            results["failure"] = failure
-            if results["valid"] is True:
-                results["valid"] = "unknown"  # a run cut short by a harness error proves nothing
+            harness_failed(results, failure)
         results["interrupted"] = interrupted
         results["errors"] = self.errors
         bt = by_type(ops)
@@ -664,14 +663,6 @@ class Run:
             out.write(f"{word}: {problem}\n")
         return RunOutcome(self.run_dir, results["valid"], results, interrupted, self.errors,
                           failure)
-
-
-def cut_short(results: dict[str, Any], why: str) -> None:
-    """A run whose clients stopped before its end tried too little to show the lock
-    safe: no violation found means unknown, not valid (a violation found stands)."""
-    if results["valid"] is True:
-        results["valid"] = "unknown"
-        results["summary"] = f"{why}, so nothing is shown ({results['summary']} until then)"
 
 
 def by_type(ops: Sequence[Op]) -> dict[str, int]:

@@ -9,7 +9,7 @@ from typing import Any
 from lockcheck.checker.api import check_safe, options_for
 from lockcheck.errors import BadInput
 from lockcheck.history import Op, read_history_full
-from lockcheck.results.store import load_test, resolve_history
+from lockcheck.results.store import load_results, load_test, resolve_history
 
 
 def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None,
@@ -60,6 +60,10 @@ def check_path(path: Path, *, model: str | None = None, fmt: str | None = None,
     test = load_test(path)
     read = read_history_full(history, allow_truncated=allow_truncated)
     result = analyze(read.ops, test, timeout=timeout, html_dir=html_dir)
+    if path.is_dir():
+        from lockcheck.checker.verdict import carry_run_facts
+
+        carry_run_facts(result, load_results(path) or {})
     out: dict[str, Any] = {"path": str(path), "valid": result["valid"],
                            "summary": result["summary"], **result}
     if read.truncated_line is not None:

@@ -247,3 +247,34 @@ def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[obje
         return valid, f"{text} (unknown workload {workload!r}: all checkers decide)"
     rule: Verdict = load(w.verdict)
     return rule(results)
+
+
+def cut_short(results: dict[str, Any], why: str) -> None:
+    """A run whose clients stopped before its end tried too little to show the lock
+    safe: no violation found means unknown, not valid (a violation found stands). The
+    reason is kept in the results (`cut_short`), so that a later `lockcheck check` of
+    the run folder, which sees only the history, comes to the same verdict."""
+    results["cut_short"] = why
+    if results["valid"] is True:
+        results["valid"] = "unknown"
+        results["summary"] = f"{why}, so nothing is shown ({results['summary']} until then)"
+
+
+def harness_failed(results: dict[str, Any], failure: str) -> None:
+    """A run cut short by a harness error proves nothing: valid becomes unknown (a
+    violation found before it stands). Kept as `failure` in the results."""
+    results["failure"] = failure
+    if results["valid"] is True:
+        results["valid"] = "unknown"
+
+
+def carry_run_facts(result: dict[str, Any], stored: dict[str, Any]) -> None:
+    """What a run's controller knew and its history does not say (its clients all
+    stopped early, the harness failed), from the run's stored results, applied to a
+    new check of its history: `lockcheck check` of a run folder agrees with the run."""
+    why = stored.get("cut_short")
+    if isinstance(why, str):
+        cut_short(result, why)
+    failure = stored.get("failure")
+    if isinstance(failure, str):
+        harness_failed(result, failure)

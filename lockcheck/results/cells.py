@@ -138,12 +138,7 @@ def _shares(metrics: Mapping[str, Any], nemesis: str) -> tuple[float | None, flo
     return (ok / attempts, (ok + busy) / attempts) if attempts else (None, None)
 
 
-def read_results(d: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((d / store.RESULTS).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+read_results = store.load_results
 
 
 def read_run(d: Path, source: str = "") -> Run:

@@ -100,6 +100,16 @@ def load_test(path: Path) -> dict[str, Any]:
     return data
 
 
+def load_results(run_dir: Path) -> dict[str, Any] | None:
+    """results.json of a run directory; None where there is none (the run did not
+    finish) or it cannot be read."""
+    try:
+        data = json.loads((run_dir / RESULTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and history_file(path).exists()
 

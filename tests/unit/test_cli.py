@@ -212,6 +212,27 @@ def test_check_run_directory_uses_its_test_json(tmp_path: Path) -> None:
     assert d_out["summary"].startswith("the lock failed (no write reached the resource)")
 
 
+@pytest.mark.parametrize("fact", [
+    {"cut_short": "every client worker exited before the time limit"},
+    {"failure": "RuntimeError: nemesis failed: boom"}])
+def test_check_of_a_run_folder_keeps_what_only_the_run_knew(
+        tmp_path: Path, valid_history: Path, fact: dict[str, str]) -> None:
+    # the history alone is valid; the run's controller knew its clients stopped early
+    # (or the harness failed): a re-check of the folder must not turn that into a pass
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "history.jsonl").write_text(valid_history.read_text())
+    (d / "test.json").write_text(json.dumps({"workload": "mutex"}))
+    assert run("check", "--no-report", d).exit_code == 0  # no results.json: the history decides
+    (d / "results.json").write_text(json.dumps({"valid": "unknown", **fact}))
+    r = run("check", "--no-report", "--json", d)
+    out = json.loads(r.stdout)
+    assert out["valid"] == "unknown" and r.exit_code == exitcodes.UNKNOWN
+    assert out.get("cut_short") == fact.get("cut_short")
+    if "cut_short" in fact:
+        assert out["summary"].startswith(fact["cut_short"])
+
+
 def test_check_empty_history_is_unknown(tmp_path: Path) -> None:
     # a history in which no lock was ever held tested nothing: not a pass
     p = tmp_path / "h.jsonl"

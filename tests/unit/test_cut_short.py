@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockcheck import exitcodes
-from lockcheck.runner import cut_short
+from lockcheck.checker.verdict import cut_short
 
 
 def test_no_violation_from_a_run_cut_short_is_unknown() -> None:
@@ -22,4 +22,5 @@ def test_no_violation_from_a_run_cut_short_is_unknown() -> None:
 def test_a_violation_found_before_the_end_stands() -> None:
     results: dict[str, Any] = {"valid": False, "summary": "mutual exclusion violated"}
     cut_short(results, "every client worker exited before the time limit")
-    assert results == {"valid": False, "summary": "mutual exclusion violated"}
+    assert results == {"valid": False, "summary": "mutual exclusion violated",
+                       "cut_short": "every client worker exited before the time limit"}
