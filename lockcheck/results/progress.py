@@ -108,7 +108,7 @@ def table(rows: Sequence[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*(str(c) for c in r)) for r in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)  # no padding after the last column
 
 
 def verdict_word(valid: object) -> str:

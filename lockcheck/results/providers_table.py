@@ -22,12 +22,17 @@ def provider_rows() -> list[dict[str, Any]]:
 def render_providers() -> str:
     rows = provider_rows()
     head = ("provider", "nemeses it can inject")
-    body = [(r["provider"], ", ".join(r["nemeses"])) for r in rows]
+    # most providers inject nearly every fault: name the ones they cannot
+    body = [(r["provider"], f"all {len(NEMESES)}" if not r["refused"] else
+             f"{len(r['nemeses'])}: all but {', '.join(r['refused'])}") for r in rows]
     lines = [table(body, head), ""]
     for r in rows:
         lines.append(f"{r['provider']}: {r['description']}.")
+        by_reason: dict[str, list[str]] = {}  # one line per reason, naming its faults
         for n, why in r["refused"].items():
-            lines.append(f"  no {n}: {why}")
+            by_reason.setdefault(why, []).append(n)
+        for why, names in by_reason.items():
+            lines.append(f"  no {', '.join(names)}: {why}")
         for n, how in r["notes"].items():
             lines.append(f"  {n}: {how}")
     return "\n".join(lines)

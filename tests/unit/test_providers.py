@@ -154,6 +154,10 @@ def test_every_provider_is_registered_and_names_its_faults() -> None:
 
     text = render_providers()
     assert "docker" in text and "ssh" in text and "iptables in the run's chain" in text
+    # faults refused for one reason share its line
+    inproc = text[text.index("\ninproc: "):].splitlines()
+    assert sum(line.startswith("  no ") for line in inproc) == 1, inproc
+    assert "  no partition, partition-one, " in text
 
 
 def test_a_providers_options_go_to_it_alone(tmp_path: Path,
