@@ -159,7 +159,7 @@ def test_verdict_word(valid: object, word: str) -> None:
 
 def test_table_aligns_columns() -> None:
     t = table([("a", "1"), ("long", "22")], ("name", "n"))
-    assert t.splitlines() == ["name  n ", "----  --", "a     1 ", "long  22"]
+    assert t.splitlines() == ["name  n", "----  --", "a     1", "long  22"]  # no trailing blanks
 
 
 def test_checker_details() -> None:
