@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from lockcheck.cluster.api import Daemon, Node
-from lockcheck.cluster.probe import tcp_exchange, wait_until
+from lockcheck.cluster.probe import NotReady, tail_lines, tcp_exchange, wait_until
 from lockcheck.nemesis.api import PrepareContext, RunContext
 from lockcheck.nemesis.process import pick_targets
 
@@ -78,6 +78,22 @@ class Proxies:
             p.daemon.stop(grace=1.0)
 
 
+def _spawn(node: Node, port: int) -> Daemon:
+    argv = [sys.executable, "-P", "-m", "lockcheck.cluster.delay_proxy", node.address,
+            str(PROXY_PORT), node.address, str(port), str(CONTROL_PORT)]
+    return node.spawn(f"delay-proxy-{node.name}", argv, log=node.workdir / "delay-proxy.log")
+
+
+def _ready(p: Proxy) -> None:
+    def log() -> str:
+        out = p.node.run(["tail", "-n", "8", str(p.node.workdir / "delay-proxy.log")],
+                         check=False).stdout
+        return tail_lines(out, 8) or "(no log)"
+
+    wait_until(partial(_answers, p), timeout=10.0, what=f"delay proxy on {p.node.name}",
+               alive=p.daemon.alive, tail=log)
+
+
 def prepare(ctx: PrepareContext) -> Proxies:
     proxies = Proxies()
     ports = {name: d.get("port") for name, d in ctx.db.describe().items()}
@@ -87,16 +103,20 @@ def prepare(ctx: PrepareContext) -> Proxies:
             port = ports.get(node.name)
             if not isinstance(port, int):
                 continue
-            argv = [sys.executable, "-P", "-m", "lockcheck.cluster.delay_proxy", node.address,
-                    str(PROXY_PORT), node.address, str(port), str(CONTROL_PORT)]
-            d = node.spawn(f"delay-proxy-{node.name}", argv,
-                           log=node.workdir / "delay-proxy.log")
-            proxies.proxies[node.name] = Proxy(node, port, d)
+            proxies.proxies[node.name] = Proxy(node, port, _spawn(node, port))
         if not proxies.proxies:
             raise RuntimeError(f"{ctx.db.name} names no service port to put a delay on")
-        for p in proxies.proxies.values():
-            wait_until(partial(_answers, p), timeout=10.0, what=f"delay proxy on {p.node.name}",
-                       alive=p.daemon.alive)
+        for name, p in proxies.proxies.items():
+            try:
+                _ready(p)
+            except NotReady:
+                if p.daemon.alive():
+                    raise
+                # it exited while starting (seen once in many runs, cause not kept):
+                # one more start, and its log in the error if that one fails too
+                p = proxies.proxies[name] = Proxy(p.node, p.service_port,
+                                                  _spawn(p.node, p.service_port))
+                _ready(p)
             p.node.intercept(p.service_port, PROXY_PORT, clients)
     except BaseException:
         proxies.close()
