@@ -138,12 +138,9 @@ def _shares(metrics: Mapping[str, Any], nemesis: str) -> tuple[float | None, flo
     return (ok / attempts, (ok + busy) / attempts) if attempts else (None, None)
 
 
-read_results = store.load_results
-
-
 def read_run(d: Path, source: str = "") -> Run:
     test = json.loads((d / store.TEST).read_text())
-    results = read_results(d)
+    results = store.load_results(d)
     seed = test.get("seed")
     run = Run(backend=str(test.get("backend", "?")), workload=workload_label(test),
               trial=on_trial(str(test.get("workload"))),

@@ -16,8 +16,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from lockcheck.checker.verdict import LOCK_CHECKERS
-from lockcheck.results.cells import CellView, read_results
+from lockcheck.results.cells import CellView
 from lockcheck.results.compare import cell_text
+from lockcheck.results.store import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "docs" / "report"
@@ -147,7 +148,7 @@ def test_a_cell_is_unsafe_exactly_when_a_run_broke_the_lock_or_the_resource() ->
     for w, b, n, cell in cells:
         broken = []
         for r in cell.runs:
-            res = read_results(r.dir) if r.dir is not None else None
+            res = load_results(r.dir) if r.dir is not None else None
             checkers = (res or {}).get("checkers") or {}
             if any((checkers.get(c) or {}).get("valid") is False for c in LOCK_CHECKERS) or \
                     (checkers.get("fencing") or {}).get("resource_valid") is False:
@@ -161,7 +162,7 @@ def test_saves_and_fence_regressions_are_published_apart() -> None:
     for _w, _b, n, cell in published_cells():
         stale = regressed = 0
         for r in cell.runs:
-            res = read_results(r.dir) if r.dir is not None else None
+            res = load_results(r.dir) if r.dir is not None else None
             fe = ((res or {}).get("checkers") or {}).get("fencing") or {}
             stale += fe.get("saves_stale_holder", 0)
             regressed += fe.get("saves_regressed_fence", 0)
