@@ -48,10 +48,9 @@ def proves_ok(f: Any, client: Any, call: Any, ret: Any, crashed: Any, fence: Any
         return False  # a client with two grants in flight at once
     # the ops that belong to a grant: ok renews and releases, and in mutex the crashed
     # releases (a crashed release frees the lock at some point after its call)
-    kind = f
     attached = ~acq & ~crashed
     if not fenced:
-        attached |= (kind == RELEASE) & crashed
+        attached |= (f == RELEASE) & crashed
     a = np.flatnonzero(attached)
     a_crashed = crashed[a]
     a_ret = np.where(a_crashed, NEVER, ret[a])
@@ -70,7 +69,7 @@ def proves_ok(f: Any, client: Any, call: Any, ret: Any, crashed: Any, fence: Any
         mismatch = g_has & has_named[a] & (named[a] != fence[g][block])
         if np.any(mismatch):
             return False  # it names another fence than its grant's
-    a_f = kind[a]
+    a_f = f[a]
     ok_release = (a_f == RELEASE) & ~a_crashed
     renew = a_f == RENEW
     released = block[ok_release]
