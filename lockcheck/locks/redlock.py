@@ -139,7 +139,7 @@ class TalliedRedlock(Redlock):
     `at_grant_reply(key)` is called (in the executor thread of the master whose answer
     made it) the moment a quorum of masters has granted, before pottery's own thread
     reads those answers and checks the elapsed time: where `client-pause --pause-at
-    acquire` stops the worker."""
+    acquire` stops the worker. The other masters' answers wait until it returns."""
 
     def __init__(self, *, key: str, at_grant_reply: Callable[[str], None] | None = None,
                  **kw: Any) -> None:
@@ -178,11 +178,12 @@ class TalliedRedlock(Redlock):
             raise
         with self.guard:
             answers[master] = YES if ok else NO
-            granted = (phase == "acquire" and ok and self.at_grant_reply is not None
-                       and list(answers.values()).count(YES) == quorum(len(self.masters)))
-        if granted:
-            assert self.at_grant_reply is not None
-            self.at_grant_reply(self.name)
+            if (phase == "acquire" and ok and self.at_grant_reply is not None
+                    and list(answers.values()).count(YES) == quorum(len(self.masters))):
+                # under the guard: a later master's grant cannot complete its future
+                # while the hook records and stops, or pottery's thread could count a
+                # quorum without ours and check the elapsed time before the stop lands
+                self.at_grant_reply(self.name)
         return ok
 
     # pottery calls these once per master, in its executor threads
