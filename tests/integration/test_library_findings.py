@@ -23,6 +23,7 @@ window can pass unused. A run that showed nothing is named in the failure.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -81,6 +82,22 @@ def paused_holder(v: dict[str, Any], ops: list[Op]) -> bool:
             if (p.value["process"] == v["processes"][i] and p.value["key"] == v["key"]
                     and start <= p.time <= end and rival_start >= p.time):
                 return True
+    return False
+
+
+def stalled_holder(v: dict[str, Any], ops: list[Op], ttl_ms: int) -> bool:
+    """One of an overlap's two recorded nothing for longer than its TTL, from inside
+    its section until the other entered: its process was stopped (by the machine, not
+    the nemesis), so it could not renew, and its key expired. A stall of every process
+    for over a second happened once on a loaded machine, in two runs at once."""
+    for i in (0, 1):
+        (start, _), rival_start = v["sections"][i], v["sections"][1 - i][0]
+        times = sorted(o.time for o in ops if o.process == v["processes"][i]
+                       and o.time >= start)
+        upto = [t for t in times if t < rival_start] + [t for t in times
+                                                         if t >= rival_start][:1]
+        if any(b - a > ttl_ms * 1_000_000 for a, b in pairwise(upto)):
+            return True
     return False
 
 
@@ -184,7 +201,9 @@ def test_l1_python_redis_lock_paused_holder_overlaps_the_next(
     me = checkers(r)["mutual-exclusion"]
     ops = ops_of(r)
     assert pauses(ops), "no pause stopped a holder"
-    lonely = [v for v in me["violations"] if not paused_holder(v, ops)]
+    ttl = r.test_json()["ttl_ms"]
+    lonely = [v for v in me["violations"]
+              if not (paused_holder(v, ops) or stalled_holder(v, ops, ttl))]
     assert not lonely, lonely[:3]
 
 
@@ -196,7 +215,9 @@ def test_l2_auto_renewal_thread_dies_on_a_timed_out_extend(
     me = checkers(r)["mutual-exclusion"]
     if me["valid"] is False:  # 2 of 5 runs: the lock expired under a holder cut off
         ops = ops_of(r)
-        lonely = [v for v in me["violations"] if not cut_off_holder(v, ops)]
+        ttl = r.test_json()["ttl_ms"]
+        lonely = [v for v in me["violations"]
+                  if not (cut_off_holder(v, ops) or stalled_holder(v, ops, ttl))]
         assert not lonely, lonely[:3]
 
 
@@ -210,7 +231,9 @@ def test_l3_portalocker_fence_refuses_the_paused_holder(
     assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0, fe
     me = checkers(r)["mutual-exclusion"]
     if me["valid"] is False:  # 2 of 6 runs: the paused holder's section spans the takeover
-        lonely = [v for v in me["violations"] if not paused_holder(v, ops)]
+        ttl = r.test_json()["ttl_ms"]
+        lonely = [v for v in me["violations"]
+                  if not (paused_holder(v, ops) or stalled_holder(v, ops, ttl))]
         assert not lonely, lonely[:3]
 
 
