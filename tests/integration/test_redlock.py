@@ -183,7 +183,7 @@ def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
     with two other clusters beside it one run of several found a hit and no overlap.
     A run that detects nothing is named in the failure; with detection broken all
     three fail."""
-    tried = []
+    tried: list[str] = []
     r = staged(module_cli, more_runs["bare_fast"], "bare_fast")
     while r.code != 1 and len(tried) < 2:
         tried.append(f"{r.run_dir}: exit {r.code}")
