@@ -1,6 +1,7 @@
 """Real runs against redis-server in network namespaces, through the `lockcheck` command.
 
-Each run happens once per module (they take 5-22 s each) and several tests look at it.
+Each run happens once per module (they take 5-22 s each, in two waves) and several tests
+look at it.
 """
 
 from __future__ import annotations
@@ -18,39 +19,54 @@ from lockcheck.history import pair_ops, read_history, read_history_full
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
 
-def run_once(module_cli: Any, *args: Any, timeout: float = 120.0) -> Any:
-    r = module_cli("test", *args, timeout=timeout)
-    assert r.run_dir is not None, r.explain()
-    assert r.code in (0, 1, 2), r.explain()
-    return r
+RUNS: dict[str, tuple[str, ...]] = {
+    "none_run": ("--nemesis", "none", "--time-limit", "4"),
+    "kill_run": ("--backend", "redis", "--nemesis", "kill", "--time-limit", "20"),
+    "fenced_run": ("--workload", "fenced", "--nemesis", "kill", "--time-limit", "20"),
+    "unfenced_run": ("--workload", "fenced", "--resource", "unfenced", "--nemesis", "kill",
+                     "--time-limit", "20"),
+    "partition_run": ("--nemesis", "partition", "--time-limit", "10",
+                      "--nemesis-interval", "1.5"),
+}
+# together, each with its own run id and subnet: one Redis node and a few clients each
+WAVES = (("kill_run", "fenced_run", "unfenced_run"), ("none_run", "partition_run"))
 
 
 @pytest.fixture(scope="module")
-def none_run(module_cli: Any) -> Any:
-    return run_once(module_cli, "--nemesis", "none", "--time-limit", "4")
+def runs(module_cli: Any) -> dict[str, Any]:
+    done: dict[str, Any] = {}
+    for wave in WAVES:
+        started = {name: module_cli.start("test", *RUNS[name]) for name in wave}
+        done.update({name: p.wait(120) for name, p in started.items()})
+    for r in done.values():
+        assert r.run_dir is not None, r.explain()
+        assert r.code in (0, 1, 2), r.explain()
+    return done
 
 
 @pytest.fixture(scope="module")
-def kill_run(module_cli: Any) -> Any:
-    return run_once(module_cli, "--backend", "redis", "--nemesis", "kill", "--time-limit", "20")
+def none_run(runs: dict[str, Any]) -> Any:
+    return runs["none_run"]
 
 
 @pytest.fixture(scope="module")
-def fenced_run(module_cli: Any) -> Any:
-    return run_once(module_cli, "--workload", "fenced", "--nemesis", "kill",
-                    "--time-limit", "20")
+def kill_run(runs: dict[str, Any]) -> Any:
+    return runs["kill_run"]
 
 
 @pytest.fixture(scope="module")
-def unfenced_run(module_cli: Any) -> Any:
-    return run_once(module_cli, "--workload", "fenced", "--resource", "unfenced",
-                    "--nemesis", "kill", "--time-limit", "20")
+def fenced_run(runs: dict[str, Any]) -> Any:
+    return runs["fenced_run"]
 
 
 @pytest.fixture(scope="module")
-def partition_run(module_cli: Any) -> Any:
-    return run_once(module_cli, "--nemesis", "partition", "--time-limit", "10",
-                    "--nemesis-interval", "1.5")
+def unfenced_run(runs: dict[str, Any]) -> Any:
+    return runs["unfenced_run"]
+
+
+@pytest.fixture(scope="module")
+def partition_run(runs: dict[str, Any]) -> Any:
+    return runs["partition_run"]
 
 
 def run_id(r: Any) -> str:
