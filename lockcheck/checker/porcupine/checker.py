@@ -71,6 +71,9 @@ try:  # the compiled search, built by `pip install` when a C compiler is there
 except ImportError:  # pragma: no cover - a copy without the extension
     _csearch = None
 COMPILED = _csearch is not None and not os.environ.get("LOCKCHECK_PURE_ENGINE")
+# threads for the partitions of one check (pure C searches only; see _run_threads)
+_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+    os.cpu_count() or 1)
 
 _OK = CheckResult.OK
 _ILLEGAL = CheckResult.ILLEGAL
@@ -478,13 +481,18 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
             e = tail if forced else nxt[e]
 
 
-def _compiled_search(part: _Part) -> Generator[None, int, _Outcome]:
+def _new_search(part: _Part) -> Any:
+    return _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
+                           part.inputs, part.outputs, part.step, part.init, UNKNOWN,
+                           part.native)
+
+
+def _compiled_search(part: _Part, search: Any = None) -> Generator[None, int, _Outcome]:
     """`_search` (not verbose) in C: the same steps, resumable the same way."""
     if part.need == 0:
         return _OK, (), None, 0
-    search = _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
-                             part.inputs, part.outputs, part.step, part.init, UNKNOWN,
-                             part.native)
+    if search is None:
+        search = _new_search(part)
     budget = yield
     while True:
         done = search.run(budget)
@@ -533,10 +541,16 @@ def _run(
     if max_cache is not None and max_cache < 0:
         raise ValueError("max_cache must be >= 0")
     parts = [_prepare(model, h) for h in histories]
+    searches = [_new_search(p) if COMPILED and not verbose and p.need else None
+                for p in parts]
+    if (max_cache is None and parts
+            and all(s is None or s.pure for s in searches) and any(searches)):
+        # nothing to share but the clock: the partitions run on all cores, in C
+        return _run_threads(parts, searches, timeout, deadline, t0)
     sinks: list[dict[str, Any]] = [{} for _ in parts]
     gens = [
-        _compiled_search(p) if COMPILED and not verbose else _search(p, verbose, sink)
-        for p, sink in zip(parts, sinks, strict=True)
+        _compiled_search(p, s) if COMPILED and not verbose else _search(p, verbose, sink)
+        for p, s, sink in zip(parts, searches, sinks, strict=True)
     ]
     outcomes: list[_Outcome | None] = [None] * len(parts)
     used = [0] * len(parts)  # cache entries (= pushes) of each partition's search
@@ -617,6 +631,33 @@ def _run(
         note=stop_reason if result is not _OK else "",
         elapsed_s=time.monotonic() - t0,
         cache_entries=sum(used),
+    )
+    return result, info
+
+
+def _run_threads(
+    parts: list[_Part],
+    searches: list[Any],
+    timeout: float | None,
+    deadline: float | None,
+    t0: float,
+) -> tuple[CheckResult, LinearizationInfo]:
+    """The plain check when every partition's search is pure C (`_csearch.run_all`):
+    the searches share out the cores, each taking turns of equal time, until all end
+    or one is illegal. Without a cache cap the verdict does not depend on the turns."""
+    todo = [s for s in searches if s is not None]
+    left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+    outs, stop, at = _csearch.run_all(todo, left, _THREADS)
+    index = [j for j, s in enumerate(searches) if s is not None]
+    entries = sum(s.entries for s in todo)
+    if stop == 1:
+        result, note = _ILLEGAL, f"partition {index[at]} is not linearizable"
+    elif any(o is None for o in outs):
+        result, note = _UNKNOWN, f"timeout of {timeout} s reached"
+    else:
+        result, note = _OK, ""
+    info = LinearizationInfo(
+        partitions=(), note=note, elapsed_s=time.monotonic() - t0, cache_entries=entries
     )
     return result, info
 
