@@ -61,8 +61,11 @@ typedef struct {
     int32_t *arg;   /* get: the output's state id, NONE if unknown; put/append: the value's */
     char *sbuf;     /* the interned strings' bytes */
     size_t slen, sbcap;
-    size_t *soff;   /* per state id: offset in sbuf, length, hash, BASE^length */
-    int32_t *sln;
+    size_t *soff;   /* per state id: a leaf's offset in sbuf, an appended one's value id; */
+    int32_t *sln;   /* its length, parent (NONE for a leaf), hash, BASE^length */
+    int32_t *spar;
+    char *scratch;  /* room to compare two states' bytes */
+    size_t scratchcap;
     uint64_t *shv, *spw;
     int32_t nstr, strcap;
     int32_t *stab;  /* hash table of state ids, NONE where empty */
@@ -97,7 +100,8 @@ static void Search_dealloc(Search *s) {
     PyMem_RawFree(s->coff); PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
     PyMem_RawFree(s->kind); PyMem_RawFree(s->arg); PyMem_RawFree(s->sbuf);
     PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
-    PyMem_RawFree(s->spw); PyMem_RawFree(s->stab);
+    PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
+    PyMem_RawFree(s->scratch);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -144,70 +148,82 @@ static int grow_strtab(Search *s) {
     return 0;
 }
 
-/* The id of the string a + b (b may be empty: lb == 0) with hash h and BASE^length pw,
- * interning it; -3 when out of memory. */
-static int32_t intern_bytes(Search *s, const char *a, size_t la, const char *b, size_t lb,
-                            uint64_t h, uint64_t pw) {
-    size_t mask = s->stcap - 1;
-    size_t j = (size_t)mix(h, 0) & mask;
-    for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask) {
-        if (s->shv[id] == h && (size_t)s->sln[id] == la + lb) {
-            const char *t = s->sbuf + s->soff[id];
-            if (memcmp(t, a, la) == 0 && memcmp(t + la, b, lb) == 0)
-                return id;
-        }
-    }
-    if (la + lb > INT32_MAX) {
+/* Room for one more state id: 0, or -1 when out of memory. */
+static int more_states(Search *s) {
+    if (s->nstr < s->strcap)
+        return 0;
+    int32_t cap = s->strcap ? s->strcap * 2 : 256;
+    size_t *off = PyMem_RawRealloc(s->soff, (size_t)cap * sizeof(size_t));
+    if (off != NULL)
+        s->soff = off;
+    int32_t *ln = PyMem_RawRealloc(s->sln, (size_t)cap * sizeof(int32_t));
+    if (ln != NULL)
+        s->sln = ln;
+    int32_t *par = PyMem_RawRealloc(s->spar, (size_t)cap * sizeof(int32_t));
+    if (par != NULL)
+        s->spar = par;
+    uint64_t *hv = PyMem_RawRealloc(s->shv, (size_t)cap * sizeof(uint64_t));
+    if (hv != NULL)
+        s->shv = hv;
+    uint64_t *pv = PyMem_RawRealloc(s->spw, (size_t)cap * sizeof(uint64_t));
+    if (pv != NULL)
+        s->spw = pv;
+    if (off == NULL || ln == NULL || par == NULL || hv == NULL || pv == NULL) {
         s->nomem = 1;
-        return -3;
+        return -1;
     }
-    if (s->nstr == s->strcap) {
-        int32_t cap = s->strcap ? s->strcap * 2 : 256;
-        size_t *off = PyMem_RawRealloc(s->soff, (size_t)cap * sizeof(size_t));
-        if (off != NULL)
-            s->soff = off;
-        int32_t *ln = PyMem_RawRealloc(s->sln, (size_t)cap * sizeof(int32_t));
-        if (ln != NULL)
-            s->sln = ln;
-        uint64_t *hv = PyMem_RawRealloc(s->shv, (size_t)cap * sizeof(uint64_t));
-        if (hv != NULL)
-            s->shv = hv;
-        uint64_t *pv = PyMem_RawRealloc(s->spw, (size_t)cap * sizeof(uint64_t));
-        if (pv != NULL)
-            s->spw = pv;
-        if (off == NULL || ln == NULL || hv == NULL || pv == NULL) {
-            s->nomem = 1;
-            return -3;
-        }
-        s->strcap = cap;
+    s->strcap = cap;
+    return 0;
+}
+
+/* The bytes of state `id` written to out (sln[id] of them): a leaf's are in sbuf; an
+ * appended state is its parent's bytes then its value's (a leaf), so the walk goes
+ * from the end up the parents. */
+static void flatten(Search *s, int32_t id, char *out) {
+    size_t end = (size_t)s->sln[id];
+    while (s->spar[id] != NONE) {
+        int32_t v = (int32_t)s->soff[id];
+        end -= (size_t)s->sln[v];
+        memcpy(out + end, s->sbuf + s->soff[v], (size_t)s->sln[v]);
+        id = s->spar[id];
     }
-    if (s->slen + la + lb > s->sbcap) {
-        size_t cap = s->sbcap ? s->sbcap * 2 : 1 << 14;
-        while (cap < s->slen + la + lb)
-            cap *= 2;
-        /* a and b may point into sbuf: keep their offsets across the move */
-        const char *old = s->sbuf;
-        int ina = old != NULL && a >= old && a < old + s->sbcap;
-        int inb = old != NULL && b >= old && b < old + s->sbcap;
-        size_t oa = ina ? (size_t)(a - old) : 0, ob = inb ? (size_t)(b - old) : 0;
-        char *buf = PyMem_RawRealloc(s->sbuf, cap);
-        if (buf == NULL) {
-            s->nomem = 1;
-            return -3;
-        }
-        s->sbuf = buf;
-        s->sbcap = cap;
-        if (ina)
-            a = buf + oa;
-        if (inb)
-            b = buf + ob;
+    memcpy(out, s->sbuf + s->soff[id], end);
+}
+
+/* Room for n bytes in the scratch buffer: 0, or -1 when out of memory. */
+static int scratch(Search *s, size_t n) {
+    if (n <= s->scratchcap)
+        return 0;
+    size_t cap = s->scratchcap ? s->scratchcap : 4096;
+    while (cap < n)
+        cap *= 2;
+    char *buf = PyMem_RawRealloc(s->scratch, cap);
+    if (buf == NULL) {
+        s->nomem = 1;
+        return -1;
     }
+    s->scratch = buf;
+    s->scratchcap = cap;
+    return 0;
+}
+
+/* Is state `id` the string parent + v (of the same length)? 1, 0, or -1 out of memory. */
+static int is_concat(Search *s, int32_t id, int32_t parent, int32_t v) {
+    if (s->spar[id] == parent && (int32_t)s->soff[id] == v)
+        return 1; /* states are unique: the same parent and value is the same string */
+    size_t n = (size_t)s->sln[id], lp = (size_t)s->sln[parent];
+    if (scratch(s, n + lp) < 0)
+        return -1;
+    flatten(s, id, s->scratch);
+    flatten(s, parent, s->scratch + n);
+    return memcmp(s->scratch, s->scratch + n, lp) == 0 &&
+           memcmp(s->scratch + lp, s->sbuf + s->soff[v], n - lp) == 0;
+}
+
+/* A new state id with hash h at slot j of the table: -3 when out of memory. */
+static int32_t add_state(Search *s, size_t j, size_t len, uint64_t h, uint64_t pw) {
     int32_t id = s->nstr++;
-    s->soff[id] = s->slen;
-    memcpy(s->sbuf + s->slen, a, la);
-    memcpy(s->sbuf + s->slen + la, b, lb);
-    s->slen += la + lb;
-    s->sln[id] = (int32_t)(la + lb);
+    s->sln[id] = (int32_t)len;
     s->shv[id] = h;
     s->spw[id] = pw;
     if ((size_t)(s->nstr) * 2 > s->stcap) {
@@ -219,8 +235,9 @@ static int32_t intern_bytes(Search *s, const char *a, size_t la, const char *b, 
     return id;
 }
 
-/* the id of a Python str, interned; -1 if it is no exact str or has no UTF-8 form
- * (then pure mode does not apply), -3 when out of memory */
+/* the id of a Python str, interned as a leaf (its bytes kept); -1 if it is no exact str
+ * or has no UTF-8 form (then pure mode does not apply), -3 when out of memory. Only
+ * before the search, when every state is a leaf. */
 static int32_t intern_str(Search *s, PyObject *o) {
     if (!PyUnicode_CheckExact(o))
         return -1;
@@ -235,16 +252,59 @@ static int32_t intern_str(Search *s, PyObject *o) {
         h = h * BASE + (uint8_t)b[i];
         pw *= BASE;
     }
-    return intern_bytes(s, b, (size_t)n, "", 0, h, pw);
+    size_t mask = s->stcap - 1;
+    size_t j = (size_t)mix(h, 0) & mask;
+    for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask)
+        if (s->shv[id] == h && s->sln[id] == n && memcmp(s->sbuf + s->soff[id], b, n) == 0)
+            return id;
+    if ((size_t)n > INT32_MAX / 2 || more_states(s) < 0) {
+        s->nomem = 1;
+        return -3;
+    }
+    if (s->slen + (size_t)n > s->sbcap) {
+        size_t cap = s->sbcap ? s->sbcap * 2 : 1 << 12;
+        while (cap < s->slen + (size_t)n)
+            cap *= 2;
+        char *buf = PyMem_RawRealloc(s->sbuf, cap);
+        if (buf == NULL) {
+            s->nomem = 1;
+            return -3;
+        }
+        s->sbuf = buf;
+        s->sbcap = cap;
+    }
+    s->soff[s->nstr] = s->slen;
+    s->spar[s->nstr] = NONE;
+    memcpy(s->sbuf + s->slen, b, (size_t)n);
+    s->slen += (size_t)n;
+    return add_state(s, j, (size_t)n, h, pw);
 }
 
-/* state + the string `v`, interned; -3 when out of memory */
+/* state + the string `v` (a leaf), interned; -3 when out of memory. The new state keeps
+ * no bytes, only its parent and value (soff holds the value's id). */
 static int32_t intern_concat(Search *s, int32_t state, int32_t v) {
     if (s->sln[v] == 0)
         return state;
     uint64_t h = s->shv[state] * s->spw[v] + s->shv[v];
-    return intern_bytes(s, s->sbuf + s->soff[state], (size_t)s->sln[state],
-                        s->sbuf + s->soff[v], (size_t)s->sln[v], h, s->spw[state] * s->spw[v]);
+    size_t len = (size_t)s->sln[state] + (size_t)s->sln[v];
+    size_t mask = s->stcap - 1;
+    size_t j = (size_t)mix(h, 0) & mask;
+    for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask) {
+        if (s->shv[id] == h && (size_t)s->sln[id] == len) {
+            int eq = is_concat(s, id, state, v);
+            if (eq < 0)
+                return -3;
+            if (eq)
+                return id;
+        }
+    }
+    if (len > INT32_MAX || more_states(s) < 0) {
+        s->nomem = 1;
+        return -3;
+    }
+    s->soff[s->nstr] = (size_t)v;
+    s->spar[s->nstr] = state;
+    return add_state(s, j, len, h, s->spw[state] * s->spw[v]);
 }
 
 static int grow_transitions(Search *s) {
@@ -715,7 +775,9 @@ static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *
     int32_t n = s->n;
     s->kind = PyMem_RawCalloc((size_t)n, 1);
     s->arg = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
-    if (s->kind == NULL || s->arg == NULL || grow_strtab(s) < 0) {
+    s->sbuf = PyMem_RawMalloc(1 << 12);
+    s->sbcap = 1 << 12;
+    if (s->kind == NULL || s->arg == NULL || s->sbuf == NULL || grow_strtab(s) < 0) {
         PyErr_NoMemory();
         return -1;
     }
