@@ -11,6 +11,11 @@
  * the caller's scheduler interleave partitions, or (0 = ok | 1 = illegal,
  * linearization or None, cache entries) when done. Verbose mode (partial
  * linearizations) stays in Python.
+ *
+ * For the kv model's step on strings (models._kv_value_step) the states are UTF-8
+ * bytes interned here instead ("pure mode", see setup_pure): then the search touches
+ * no Python object, and run_all() searches several partitions on threads without the
+ * GIL, stopping all at the first illegal one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -28,7 +28,10 @@ pushes, small in the first rounds and growing: a hard partition cannot starve th
 others, the first illegal partition ends the check (one that is illegal within a few
 pushes, before the others have spent more than that), and the timeout and the cache cap
 are checked between slices. The cache cap
-bounds the total number of memoized configurations over all partitions.
+bounds the total number of memoized configurations over all partitions. When every
+partition's compiled search is pure C (no Python object in its states: the kv model on
+strings) and there is no cache cap, the plain check runs them on all cores instead
+(`_run_threads`): the verdict is the same, only found sooner.
 
 The same search is compiled from ``_csearch.c`` when the install had a C compiler
 (`COMPILED`); the plain check uses it, verbose mode (partial linearizations) always
