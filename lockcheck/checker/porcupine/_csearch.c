@@ -153,31 +153,29 @@ static int grow_strtab(Search *s) {
     return 0;
 }
 
+/* *p reallocated to n bytes: 0, or -1 (*p unchanged) when out of memory. */
+static int regrow(void **p, size_t n) {
+    void *q = PyMem_RawRealloc(*p, n);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
 /* Room for one more state id: 0, or -1 when out of memory. */
 static int more_states(Search *s) {
     if (s->nstr < s->strcap)
         return 0;
-    int32_t cap = s->strcap ? s->strcap * 2 : 256;
-    size_t *off = PyMem_RawRealloc(s->soff, (size_t)cap * sizeof(size_t));
-    if (off != NULL)
-        s->soff = off;
-    int32_t *ln = PyMem_RawRealloc(s->sln, (size_t)cap * sizeof(int32_t));
-    if (ln != NULL)
-        s->sln = ln;
-    int32_t *par = PyMem_RawRealloc(s->spar, (size_t)cap * sizeof(int32_t));
-    if (par != NULL)
-        s->spar = par;
-    uint64_t *hv = PyMem_RawRealloc(s->shv, (size_t)cap * sizeof(uint64_t));
-    if (hv != NULL)
-        s->shv = hv;
-    uint64_t *pv = PyMem_RawRealloc(s->spw, (size_t)cap * sizeof(uint64_t));
-    if (pv != NULL)
-        s->spw = pv;
-    if (off == NULL || ln == NULL || par == NULL || hv == NULL || pv == NULL) {
+    size_t cap = s->strcap ? (size_t)s->strcap * 2 : 256;
+    if (regrow((void **)&s->soff, cap * sizeof(size_t)) < 0 ||
+        regrow((void **)&s->sln, cap * sizeof(int32_t)) < 0 ||
+        regrow((void **)&s->spar, cap * sizeof(int32_t)) < 0 ||
+        regrow((void **)&s->shv, cap * sizeof(uint64_t)) < 0 ||
+        regrow((void **)&s->spw, cap * sizeof(uint64_t)) < 0) {
         s->nomem = 1;
         return -1;
     }
-    s->strcap = cap;
+    s->strcap = (int32_t)cap;
     return 0;
 }
 
@@ -195,20 +193,19 @@ static void flatten(Search *s, int32_t id, char *out) {
     memcpy(out, s->sbuf + s->soff[id], end);
 }
 
-/* Room for n bytes in the scratch buffer: 0, or -1 when out of memory. */
-static int scratch(Search *s, size_t n) {
-    if (n <= s->scratchcap)
+/* Room for n bytes in the byte buffer *buf of capacity *cap: 0, or -1 (s->nomem) when
+ * out of memory. */
+static int room(Search *s, char **buf, size_t *cap, size_t n) {
+    if (n <= *cap)
         return 0;
-    size_t cap = s->scratchcap ? s->scratchcap : 4096;
-    while (cap < n)
-        cap *= 2;
-    char *buf = PyMem_RawRealloc(s->scratch, cap);
-    if (buf == NULL) {
+    size_t c = *cap ? *cap : 4096;
+    while (c < n)
+        c *= 2;
+    if (regrow((void **)buf, c) < 0) {
         s->nomem = 1;
         return -1;
     }
-    s->scratch = buf;
-    s->scratchcap = cap;
+    *cap = c;
     return 0;
 }
 
@@ -217,7 +214,7 @@ static int is_concat(Search *s, int32_t id, int32_t parent, int32_t v) {
     if (s->spar[id] == parent && (int32_t)s->soff[id] == v)
         return 1; /* states are unique: the same parent and value is the same string */
     size_t n = (size_t)s->sln[id], lp = (size_t)s->sln[parent];
-    if (scratch(s, n + lp) < 0)
+    if (room(s, &s->scratch, &s->scratchcap, n + lp) < 0)
         return -1;
     flatten(s, id, s->scratch);
     flatten(s, parent, s->scratch + n);
@@ -266,18 +263,8 @@ static int32_t intern_str(Search *s, PyObject *o) {
         s->nomem = 1;
         return -3;
     }
-    if (s->slen + (size_t)n > s->sbcap) {
-        size_t cap = s->sbcap ? s->sbcap * 2 : 1 << 12;
-        while (cap < s->slen + (size_t)n)
-            cap *= 2;
-        char *buf = PyMem_RawRealloc(s->sbuf, cap);
-        if (buf == NULL) {
-            s->nomem = 1;
-            return -3;
-        }
-        s->sbuf = buf;
-        s->sbcap = cap;
-    }
+    if (room(s, &s->sbuf, &s->sbcap, s->slen + (size_t)n) < 0)
+        return -3;
     s->soff[s->nstr] = s->slen;
     s->spar[s->nstr] = NONE;
     memcpy(s->sbuf + s->slen, b, (size_t)n);
