@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
+import time
 from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,28 @@ def test_threads_stop_at_the_first_illegal_partition_or_the_timeout() -> None:
     assert any(o is None for o in outs)  # the hard ones were stopped
     result, info = checker._run(model, [], 0.0, None, False, cparts)
     assert result is checker.CheckResult.UNKNOWN and "timeout" in info.note
+
+
+def test_a_signal_stops_the_threads() -> None:
+    # Ctrl-C (here: an alarm whose handler raises) must stop a search in C threads that
+    # has no end in sight; the timeout is only there so that a failure is not a hang
+    if not (PORCUPINE / "expected.json").exists():
+        pytest.skip(f"Porcupine's test corpus is not beside this clone ({PORCUPINE})")
+    model = kv()
+    assert model.partition_events is not None
+    events = parse_kv_log(PORCUPINE / "kv/c50-bad.txt")
+    hard = model.partition_events(events)[0]  # never ends within seconds
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            checker.check_events(model, hard, timeout=10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

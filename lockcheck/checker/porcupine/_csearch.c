@@ -1000,10 +1000,13 @@ typedef struct {
     double *spent;
     long *budget;
     int remaining;
-    int stop; /* 0 running, 1 search stop_at is illegal, 2 deadline, 3 error in stop_at */
+    int stop; /* 0 running, 1 search stop_at is illegal, 2 deadline, 3 error in stop_at,
+               * 4 a signal handler raised (Ctrl-C) */
     int stop_at;
     double deadline; /* 0: none */
+    int workers; /* threads still running worker() */
     pthread_mutex_t mu;
+    pthread_cond_t done; /* signalled when a worker ends */
 } Pool;
 
 static double now_s(void) {
@@ -1050,6 +1053,8 @@ static void *worker(void *arg) {
         if (!p->stop && p->deadline > 0 && t1 > p->deadline)
             p->stop = 2;
     }
+    p->workers--;
+    pthread_cond_signal(&p->done);
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
@@ -1098,21 +1103,55 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
     }
     p.remaining = p.n;
     p.stop_at = -1;
-    if (pthread_mutex_init(&p.mu, NULL) != 0) {
+    if (pthread_mutex_init(&p.mu, NULL) != 0 || pthread_cond_init(&p.done, NULL) != 0) {
         PyErr_SetString(PyExc_OSError, "run_all: no mutex");
         goto out;
     }
+    int raised = 0;
     Py_BEGIN_ALLOW_THREADS
     p.deadline = timeout >= 0 ? now_s() + timeout : 0;
     int started = 0;
-    for (int t = 1; t < threads && t < p.n; t++) /* fewer threads if they cannot start */
-        if (pthread_create(&tids[started], NULL, worker, &p) == 0)
+    pthread_mutex_lock(&p.mu);
+    for (int t = 0; t < threads && t < p.n; t++) /* fewer threads if they cannot start */
+        if (pthread_create(&tids[started], NULL, worker, &p) == 0) {
             started++;
-    worker(&p);
+            p.workers++;
+        }
+    pthread_mutex_unlock(&p.mu);
+    if (started == 0) {
+        p.workers = 1;
+        worker(&p);
+    }
+    /* this thread waits, looking at Python's signals every 50 ms: Ctrl-C stops a
+     * search that has no timeout */
+    pthread_mutex_lock(&p.mu);
+    while (p.workers > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 50 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p.done, &p.mu, &until);
+        if (p.workers == 0 || raised)
+            continue;
+        pthread_mutex_unlock(&p.mu);
+        Py_BLOCK_THREADS
+        raised = PyErr_CheckSignals() < 0;
+        Py_UNBLOCK_THREADS
+        pthread_mutex_lock(&p.mu);
+        if (raised && !p.stop)
+            p.stop = 4;
+    }
+    pthread_mutex_unlock(&p.mu);
     for (int t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
     Py_END_ALLOW_THREADS
+    pthread_cond_destroy(&p.done);
     pthread_mutex_destroy(&p.mu);
+    if (raised)
+        goto out; /* the handler's exception is set */
     if (p.stop == 3) {
         PyErr_NoMemory();
         goto out;
