@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
+import time
 from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from hypothesis import strategies as st
 from lockcheck.checker.external import engine_operations, keyed
 from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
 from lockcheck.checker.formats.porcupine_logs import parse_etcd_log, parse_kv_log
-from lockcheck.checker.porcupine import Model, Operation, checker, events_to_operations
+from lockcheck.checker.porcupine import Event, Model, Operation, checker, events_to_operations
 from lockcheck.checker.porcupine.lock_models import fenced_mutex, mutex
 from lockcheck.checker.porcupine.models import cas_register, kv, register
 
@@ -148,3 +150,109 @@ def test_native_kv_step_leaves_odd_ops_to_python() -> None:
     ops = [Operation(0, ("cas", "k", "x"), 0, None, 1)]
     with pytest.raises(ValueError, match="unknown operation"):
         _drive(checker._compiled_search(checker._prepare(kv(), ops)))
+
+
+def _kv_events(rng: random.Random, pure: bool) -> list[Event]:
+    """Random kv events over two keys, some calls never returning; with `pure` False
+    some gets return None (not a str), which the search in pure C does not take."""
+    events: list[Event] = []
+    open_ids: list[int] = []
+    for i in range(rng.randint(1, 16)):
+        if open_ids and rng.random() < 0.5:
+            j = open_ids.pop(rng.randrange(len(open_ids)))
+            f = events[[ev.id for ev in events].index(j)].value[0]
+            out = rng.choice(["", "x", "y", "xy", "yx"]) if f == "get" else None
+            if f == "get" and not pure and rng.random() < 0.3:
+                out = None
+            events.append(Event(0, "return", out, j))
+        f = rng.choice(["get", "put", "append", "append"])
+        value = None if f == "get" else rng.choice(["x", "y", "xy", ""])
+        events.append(Event(i % 4, "call", (f, rng.choice(["a", "b"]), value), i))
+        open_ids.append(i)
+    for j in list(open_ids):  # most return; the rest crashed
+        if rng.random() < 0.7:
+            f = events[[ev.id for ev in events].index(j)].value[0]
+            events.append(Event(0, "return", "x" if f == "get" else None, j))
+    return events
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False), st.booleans())
+def test_events_prepared_in_one_pass_like_operations(rng: random.Random, pure: bool) -> None:
+    # the plain check's one pass over the events gives the search what the general
+    # path (events -> operations -> entries) gives it, and the same verdict
+    model = kv()
+    events = _kv_events(rng, pure)
+    assert model.partition_events is not None
+    for group in model.partition_events(events):
+        lean = checker._prepare_events(model, group)
+        full = checker._prepare(model, events_to_operations(group))
+        assert lean is not None
+        for name in ("match", "opi", "rid", "cid", "ro", "rv", "inputs", "outputs", "need",
+                     "native"):
+            assert getattr(lean, name) == getattr(full, name), name
+    want = checker.check_events_verbose(model, events)[0]  # the Python search
+    assert checker.check_events(model, events) is want
+    assert checker.check_events(model, events, max_cache=10**9) is want  # one core
+
+
+def test_malformed_events_take_the_general_path() -> None:
+    model = kv(partitioned=False)  # kv's partitioning has its own KeyError
+    with pytest.raises(ValueError, match="without a call"):
+        checker.check_events(model, [Event(0, "return", None, 7)])
+    with pytest.raises(ValueError, match="already open"):
+        checker.check_events(model, [Event(0, "call", ("get", "a", None), 1),
+                                     Event(0, "call", ("get", "a", None), 1)])
+
+
+def test_pure_c_only_for_strings() -> None:
+    model = kv()
+    ok = [Event(0, "call", ("put", "a", "x"), 0), Event(0, "return", None, 0),
+          Event(0, "call", ("get", "a", None), 1), Event(0, "return", "x", 1)]
+    odd = [*ok[:3], Event(0, "return", 5, 1)]  # an int read: Python compares it
+    for events, pure, want in ((ok, True, checker.CheckResult.OK),
+                               (odd, False, checker.CheckResult.ILLEGAL)):
+        (part,) = checker._event_parts(model, events) or []
+        assert checker._new_search(part).pure is pure
+        assert checker.check_events(model, events) is want
+
+
+def test_threads_stop_at_the_first_illegal_partition_or_the_timeout() -> None:
+    if not (PORCUPINE / "expected.json").exists():
+        pytest.skip(f"Porcupine's test corpus is not beside this clone ({PORCUPINE})")
+    events = parse_kv_log(PORCUPINE / "kv/c50-bad.txt")  # some partitions never end
+    model = kv()
+    cparts = checker._event_parts(model, events)
+    assert cparts is not None
+    searches = [checker._new_search(p) for p in cparts]
+    assert all(s.pure for s in searches)
+    outs, stop, at = checker._csearch.run_all(searches, -1.0, 2)
+    assert stop == 1 and outs[at][0] == 1 and outs[at][1] is None
+    assert any(o is None for o in outs)  # the hard ones were stopped
+    result, info = checker._run(model, [], 0.0, None, False, cparts)
+    assert result is checker.CheckResult.UNKNOWN and "timeout" in info.note
+
+
+def test_a_signal_stops_the_threads() -> None:
+    # Ctrl-C (here: an alarm whose handler raises) must stop a search in C threads that
+    # has no end in sight; the timeout is only there so that a failure is not a hang
+    if not (PORCUPINE / "expected.json").exists():
+        pytest.skip(f"Porcupine's test corpus is not beside this clone ({PORCUPINE})")
+    model = kv()
+    assert model.partition_events is not None
+    events = parse_kv_log(PORCUPINE / "kv/c50-bad.txt")
+    hard = model.partition_events(events)[0]  # never ends within seconds
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            checker.check_events(model, hard, timeout=10)
+        assert time.monotonic() - t0 < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -11,11 +11,18 @@
  * the caller's scheduler interleave partitions, or (0 = ok | 1 = illegal,
  * linearization or None, cache entries) when done. Verbose mode (partial
  * linearizations) stays in Python.
+ *
+ * For the kv model's step on strings (models._kv_value_step) the states are UTF-8
+ * bytes interned here instead ("pure mode", see setup_pure): then the search touches
+ * no Python object, and run_all() searches several partitions on threads without the
+ * GIL, stopping all at the first illegal one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define ILL (-2)
 #define NONE (-1)
@@ -51,7 +58,31 @@ typedef struct {
     /* registers, kept between calls of run() */
     int32_t state, low, hi, chi, e, fresh, has_ro, finished;
     uint64_t h;
+    /* pure mode (see setup_pure): the kv step on UTF-8 bytes, states interned here, so
+     * that the search touches no Python object and can run without the GIL */
+    int pure, nomem, busy;
+    int outcome; /* when finished: 1 linearizable, 2 not */
+    uint8_t *kind;  /* call entries: KIND_* */
+    int32_t *arg;   /* get: the output's state id, NONE if unknown; put/append: the value's */
+    char *sbuf;     /* the interned strings' bytes */
+    size_t slen, sbcap;
+    size_t *soff;   /* per state id: a leaf's offset in sbuf, an appended one's value id; */
+    int32_t *sln;   /* its length, parent (NONE for a leaf), hash, BASE^length */
+    int32_t *spar;
+    char *scratch;  /* room to compare two states' bytes */
+    size_t scratchcap;
+    uint64_t *shv, *spw;
+    int32_t nstr, strcap;
+    int32_t *stab;  /* hash table of state ids, NONE where empty */
+    size_t stcap;
 } Search;
+
+#define KIND_GET 0
+#define KIND_PUT 1
+#define KIND_APPEND 2
+/* strings hash as polynomials in BASE (mod 2^64), so that the hash of state + value
+ * comes from theirs in O(1); equal hashes are still compared byte by byte */
+#define BASE 0x100000001B3ULL
 
 static uint64_t splitmix(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
@@ -67,11 +98,15 @@ static uint64_t mix(uint64_t h, int32_t state) {
 }
 
 static void Search_dealloc(Search *s) {
-    PyMem_Free(s->nxt); PyMem_Free(s->prv); PyMem_Free(s->match); PyMem_Free(s->opi);
-    PyMem_Free(s->rid); PyMem_Free(s->cid); PyMem_Free(s->rv); PyMem_Free(s->iscall);
-    PyMem_Free(s->ro); PyMem_Free(s->tkeys); PyMem_Free(s->tvals); PyMem_Free(s->zreq);
-    PyMem_Free(s->zcr); PyMem_Free(s->lin); PyMem_Free(s->cr); PyMem_Free(s->chash);
-    PyMem_Free(s->coff); PyMem_Free(s->arena); PyMem_Free(s->stack);
+    PyMem_RawFree(s->nxt); PyMem_RawFree(s->prv); PyMem_RawFree(s->match); PyMem_RawFree(s->opi);
+    PyMem_RawFree(s->rid); PyMem_RawFree(s->cid); PyMem_RawFree(s->rv); PyMem_RawFree(s->iscall);
+    PyMem_RawFree(s->ro); PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals); PyMem_RawFree(s->zreq);
+    PyMem_RawFree(s->zcr); PyMem_RawFree(s->lin); PyMem_RawFree(s->cr); PyMem_RawFree(s->chash);
+    PyMem_RawFree(s->coff); PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
+    PyMem_RawFree(s->kind); PyMem_RawFree(s->arg); PyMem_RawFree(s->sbuf);
+    PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
+    PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
+    PyMem_RawFree(s->scratch);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -95,13 +130,182 @@ static int32_t intern(Search *s, PyObject *state) {
     return (int32_t)n;
 }
 
+/* --- pure mode: interned UTF-8 strings --- */
+
+static int grow_strtab(Search *s) {
+    size_t cap = s->stcap ? s->stcap * 2 : 1024;
+    int32_t *tab = PyMem_RawMalloc(cap * sizeof(int32_t));
+    if (tab == NULL) {
+        s->nomem = 1;
+        return -1;
+    }
+    for (size_t i = 0; i < cap; i++)
+        tab[i] = NONE;
+    for (int32_t id = 0; id < s->nstr; id++) {
+        size_t j = (size_t)mix(s->shv[id], 0) & (cap - 1);
+        while (tab[j] != NONE)
+            j = (j + 1) & (cap - 1);
+        tab[j] = id;
+    }
+    PyMem_RawFree(s->stab);
+    s->stab = tab;
+    s->stcap = cap;
+    return 0;
+}
+
+/* *p reallocated to n bytes: 0, or -1 (*p unchanged) when out of memory. */
+static int regrow(void **p, size_t n) {
+    void *q = PyMem_RawRealloc(*p, n);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+/* Room for one more state id: 0, or -1 when out of memory. */
+static int more_states(Search *s) {
+    if (s->nstr < s->strcap)
+        return 0;
+    size_t cap = s->strcap ? (size_t)s->strcap * 2 : 256;
+    if (regrow((void **)&s->soff, cap * sizeof(size_t)) < 0 ||
+        regrow((void **)&s->sln, cap * sizeof(int32_t)) < 0 ||
+        regrow((void **)&s->spar, cap * sizeof(int32_t)) < 0 ||
+        regrow((void **)&s->shv, cap * sizeof(uint64_t)) < 0 ||
+        regrow((void **)&s->spw, cap * sizeof(uint64_t)) < 0) {
+        s->nomem = 1;
+        return -1;
+    }
+    s->strcap = (int32_t)cap;
+    return 0;
+}
+
+/* The bytes of state `id` written to out (sln[id] of them): a leaf's are in sbuf; an
+ * appended state is its parent's bytes then its value's (a leaf), so the walk goes
+ * from the end up the parents. */
+static void flatten(Search *s, int32_t id, char *out) {
+    size_t end = (size_t)s->sln[id];
+    while (s->spar[id] != NONE) {
+        int32_t v = (int32_t)s->soff[id];
+        end -= (size_t)s->sln[v];
+        memcpy(out + end, s->sbuf + s->soff[v], (size_t)s->sln[v]);
+        id = s->spar[id];
+    }
+    memcpy(out, s->sbuf + s->soff[id], end);
+}
+
+/* Room for n bytes in the byte buffer *buf of capacity *cap: 0, or -1 (s->nomem) when
+ * out of memory. */
+static int room(Search *s, char **buf, size_t *cap, size_t n) {
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < n)
+        c *= 2;
+    if (regrow((void **)buf, c) < 0) {
+        s->nomem = 1;
+        return -1;
+    }
+    *cap = c;
+    return 0;
+}
+
+/* Is state `id` the string parent + v (of the same length)? 1, 0, or -1 out of memory. */
+static int is_concat(Search *s, int32_t id, int32_t parent, int32_t v) {
+    if (s->spar[id] == parent && (int32_t)s->soff[id] == v)
+        return 1; /* states are unique: the same parent and value is the same string */
+    size_t n = (size_t)s->sln[id], lp = (size_t)s->sln[parent];
+    if (room(s, &s->scratch, &s->scratchcap, n + lp) < 0)
+        return -1;
+    flatten(s, id, s->scratch);
+    flatten(s, parent, s->scratch + n);
+    return memcmp(s->scratch, s->scratch + n, lp) == 0 &&
+           memcmp(s->scratch + lp, s->sbuf + s->soff[v], n - lp) == 0;
+}
+
+/* A new state id with hash h at slot j of the table: -3 when out of memory. */
+static int32_t add_state(Search *s, size_t j, size_t len, uint64_t h, uint64_t pw) {
+    int32_t id = s->nstr++;
+    s->sln[id] = (int32_t)len;
+    s->shv[id] = h;
+    s->spw[id] = pw;
+    if ((size_t)(s->nstr) * 2 > s->stcap) {
+        if (grow_strtab(s) < 0)
+            return -3;
+    } else {
+        s->stab[j] = id;
+    }
+    return id;
+}
+
+/* the id of a Python str, interned as a leaf (its bytes kept); -1 if it is no exact str
+ * or has no UTF-8 form (then pure mode does not apply), -3 when out of memory. Only
+ * before the search, when every state is a leaf. */
+static int32_t intern_str(Search *s, PyObject *o) {
+    if (!PyUnicode_CheckExact(o))
+        return -1;
+    Py_ssize_t n;
+    const char *b = PyUnicode_AsUTF8AndSize(o, &n);
+    if (b == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    uint64_t h = 0, pw = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h = h * BASE + (uint8_t)b[i];
+        pw *= BASE;
+    }
+    size_t mask = s->stcap - 1;
+    size_t j = (size_t)mix(h, 0) & mask;
+    for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask)
+        if (s->shv[id] == h && s->sln[id] == n && memcmp(s->sbuf + s->soff[id], b, n) == 0)
+            return id;
+    if ((size_t)n > INT32_MAX / 2 || more_states(s) < 0) {
+        s->nomem = 1;
+        return -3;
+    }
+    if (room(s, &s->sbuf, &s->sbcap, s->slen + (size_t)n) < 0)
+        return -3;
+    s->soff[s->nstr] = s->slen;
+    s->spar[s->nstr] = NONE;
+    memcpy(s->sbuf + s->slen, b, (size_t)n);
+    s->slen += (size_t)n;
+    return add_state(s, j, (size_t)n, h, pw);
+}
+
+/* state + the string `v` (a leaf), interned; -3 when out of memory. The new state keeps
+ * no bytes, only its parent and value (soff holds the value's id). */
+static int32_t intern_concat(Search *s, int32_t state, int32_t v) {
+    if (s->sln[v] == 0)
+        return state;
+    uint64_t h = s->shv[state] * s->spw[v] + s->shv[v];
+    size_t len = (size_t)s->sln[state] + (size_t)s->sln[v];
+    size_t mask = s->stcap - 1;
+    size_t j = (size_t)mix(h, 0) & mask;
+    for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask) {
+        if (s->shv[id] == h && (size_t)s->sln[id] == len) {
+            int eq = is_concat(s, id, state, v);
+            if (eq < 0)
+                return -3;
+            if (eq)
+                return id;
+        }
+    }
+    if (len > INT32_MAX || more_states(s) < 0) {
+        s->nomem = 1;
+        return -3;
+    }
+    s->soff[s->nstr] = (size_t)v;
+    s->spar[s->nstr] = state;
+    return add_state(s, j, len, h, s->spw[state] * s->spw[v]);
+}
+
 static int grow_transitions(Search *s) {
     size_t cap = s->tcap ? s->tcap * 2 : 1024;
-    uint64_t *keys = PyMem_Malloc(cap * sizeof(uint64_t));
-    int32_t *vals = PyMem_Malloc(cap * sizeof(int32_t));
+    uint64_t *keys = PyMem_RawMalloc(cap * sizeof(uint64_t));
+    int32_t *vals = PyMem_RawMalloc(cap * sizeof(int32_t));
     if (keys == NULL || vals == NULL) {
-        PyMem_Free(keys); PyMem_Free(vals);
-        PyErr_NoMemory();
+        PyMem_RawFree(keys); PyMem_RawFree(vals);
+        s->nomem = 1;
         return -1;
     }
     memset(keys, 0xff, cap * sizeof(uint64_t));
@@ -114,7 +318,7 @@ static int grow_transitions(Search *s) {
         keys[j] = s->tkeys[i];
         vals[j] = s->tvals[i];
     }
-    PyMem_Free(s->tkeys); PyMem_Free(s->tvals);
+    PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals);
     s->tkeys = keys; s->tvals = vals; s->tcap = cap;
     return 0;
 }
@@ -153,16 +357,9 @@ static PyObject *kv_step(Search *s, PyObject *state, PyObject *input, PyObject *
     return NULL;
 }
 
-/* the state after entry e from state, memoized; ILL if illegal; -3 on error */
-static int32_t transition(Search *s, int32_t e, int32_t state) {
-    uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
-    size_t mask = s->tcap - 1;
-    size_t j = (size_t)mix(key, 0) & mask;
-    while (s->tkeys[j] != UINT64_MAX) {
-        if (s->tkeys[j] == key)
-            return s->tvals[j];
-        j = (j + 1) & mask;
-    }
+/* the state after entry e from state by the model's step (Python objects, GIL held):
+ * its id, ILL if illegal, -3 on error */
+static int32_t py_transition(Search *s, int32_t e, int32_t state) {
     PyObject *argv[3] = {PyList_GET_ITEM(s->states, state), PyList_GET_ITEM(s->inputs, e),
                          PyList_GET_ITEM(s->outputs, e)};
     int32_t next = ILL;
@@ -202,6 +399,29 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
         }
         Py_DECREF(res);
     }
+    return next;
+}
+
+/* the state after entry e from state, memoized; ILL if illegal; -3 on error */
+static int32_t transition(Search *s, int32_t e, int32_t state) {
+    if (s->pure) { /* a get or a put needs no memo */
+        int32_t a = s->arg[e];
+        if (s->kind[e] == KIND_GET)
+            return a == NONE || a == state ? state : ILL;
+        if (s->kind[e] == KIND_PUT)
+            return a;
+    }
+    uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
+    size_t mask = s->tcap - 1;
+    size_t j = (size_t)mix(key, 0) & mask;
+    while (s->tkeys[j] != UINT64_MAX) {
+        if (s->tkeys[j] == key)
+            return s->tvals[j];
+        j = (j + 1) & mask;
+    }
+    int32_t next = s->pure ? intern_concat(s, state, s->arg[e]) : py_transition(s, e, state);
+    if (next == -3)
+        return -3;
     if ((s->tcount + 1) * 2 > s->tcap) {
         if (grow_transitions(s) < 0)
             return -3;
@@ -237,11 +457,11 @@ static int same(Search *s, size_t off, int32_t state) {
 
 static int grow_cache(Search *s) {
     size_t cap = s->ccap ? s->ccap * 2 : 4096;
-    uint64_t *hs = PyMem_Malloc(cap * sizeof(uint64_t));
-    size_t *offs = PyMem_Malloc(cap * sizeof(size_t));
+    uint64_t *hs = PyMem_RawMalloc(cap * sizeof(uint64_t));
+    size_t *offs = PyMem_RawMalloc(cap * sizeof(size_t));
     if (hs == NULL || offs == NULL) {
-        PyMem_Free(hs); PyMem_Free(offs);
-        PyErr_NoMemory();
+        PyMem_RawFree(hs); PyMem_RawFree(offs);
+        s->nomem = 1;
         return -1;
     }
     for (size_t i = 0; i < cap; i++)
@@ -255,7 +475,7 @@ static int grow_cache(Search *s) {
         hs[j] = s->chash[i];
         offs[j] = s->coff[i];
     }
-    PyMem_Free(s->chash); PyMem_Free(s->coff);
+    PyMem_RawFree(s->chash); PyMem_RawFree(s->coff);
     s->chash = hs; s->coff = offs; s->ccap = cap;
     return 0;
 }
@@ -280,9 +500,9 @@ static int cached(Search *s, int32_t state, int add) {
         size_t cap = s->acap ? s->acap * 2 : 1 << 12;
         while (cap < s->asize + need)
             cap *= 2;
-        uint64_t *a = PyMem_Realloc(s->arena, cap * sizeof(uint64_t));
+        uint64_t *a = PyMem_RawRealloc(s->arena, cap * sizeof(uint64_t));
         if (a == NULL) {
-            PyErr_NoMemory();
+            s->nomem = 1;
             return -1;
         }
         s->arena = a;
@@ -346,9 +566,9 @@ static int push(Search *s, int32_t x, int32_t old_state, int forced, int32_t low
                 int32_t chi, uint64_t h) {
     if (s->sp == s->scap) {
         int32_t cap = s->scap ? s->scap * 2 : 256;
-        Frame *st = PyMem_Realloc(s->stack, (size_t)cap * sizeof(Frame));
+        Frame *st = PyMem_RawRealloc(s->stack, (size_t)cap * sizeof(Frame));
         if (st == NULL) {
-            PyErr_NoMemory();
+            s->nomem = 1;
             return -1;
         }
         s->stack = st;
@@ -368,8 +588,8 @@ static inline void unlink_op(Search *s, int32_t x) {
     s->nxt[p] = q; s->prv[q] = p;
 }
 
+/* the outcome of a finished search: (code, linearization or None, cache entries) */
 static PyObject *finish(Search *s, int code) {
-    s->finished = 1;
     PyObject *lin = Py_None;
     if (code == 0) {
         lin = PyTuple_New(s->sp);
@@ -400,14 +620,10 @@ static int try_push(Search *s, int32_t x, int32_t ns, int forced) {
     return 1;
 }
 
-static PyObject *Search_run(Search *s, PyObject *arg) {
-    long budget = PyLong_AsLong(arg);
-    if (budget == -1 && PyErr_Occurred())
-        return NULL;
-    if (s->finished) {
-        PyErr_SetString(PyExc_RuntimeError, "search already finished");
-        return NULL;
-    }
+/* Push at most `budget` configurations: 0 when spent (resume with another call), 1 when
+ * every required op is linearized, 2 when the history is not linearizable, -1 on error
+ * (a Python error set, or s->nomem). In pure mode it touches no Python object. */
+static int core(Search *s, long budget) {
     int32_t *nxt = s->nxt, *prv = s->prv;
     int32_t e = s->e;
     int fresh = s->fresh;
@@ -435,7 +651,7 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
                     } else {
                         ns = transition(s, x, s->state);
                         if (ns == -3)
-                            return NULL;
+                            return -1;
                     }
                     if (ns != ILL) {
                         if (!r) {
@@ -449,17 +665,20 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
                         } else {
                             int p = try_push(s, x, ns, 1);
                             if (p < 0)
-                                return NULL;
+                                return -1;
                             if (p == 0) { /* explored and failed: so does this one */
                                 e = s->tail;
                                 break;
                             }
                             if (s->rid[x] >= 0 && --s->need == 0)
-                                return finish(s, 0);
+                                {
+                                s->finished = 1;
+                                return s->outcome = 1;
+                            }
                             if (--budget == 0) {
                                 s->e = nxt[0];
                                 s->fresh = 1;
-                                Py_RETURN_NONE;
+                                return 0;
                             }
                             x = nxt[0];
                             cand = 0;
@@ -477,20 +696,23 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
             }
             int32_t ns = transition(s, e, s->state);
             if (ns == -3)
-                return NULL;
+                return -1;
             if (ns != ILL) {
                 int p = try_push(s, e, ns, 0);
                 if (p < 0)
-                    return NULL;
+                    return -1;
                 if (p == 1) {
                     if (s->rid[e] >= 0 && --s->need == 0)
-                        return finish(s, 0);
+                        {
+                                s->finished = 1;
+                                return s->outcome = 1;
+                            }
                     e = nxt[0];
                     fresh = s->has_ro;
                     if (--budget == 0) {
                         s->e = e;
                         s->fresh = fresh;
-                        Py_RETURN_NONE;
+                        return 0;
                     }
                     continue;
                 }
@@ -498,7 +720,10 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
             e = nxt[e];
         } else { /* a return whose call is not linearized: backtrack */
             if (s->sp == 0)
-                return finish(s, 1);
+                {
+                s->finished = 1;
+                return s->outcome = 2;
+            }
             Frame *f = &s->stack[--s->sp];
             e = f->e;
             s->state = f->state;
@@ -511,6 +736,92 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
             e = f->forced ? s->tail : nxt[e];
         }
     }
+}
+
+static PyObject *Search_run(Search *s, PyObject *arg) {
+    long budget = PyLong_AsLong(arg);
+    if (budget == -1 && PyErr_Occurred())
+        return NULL;
+    if (s->finished || s->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        s->busy ? "search running elsewhere" : "search already finished");
+        return NULL;
+    }
+    int r = core(s, budget);
+    if (r < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return NULL;
+    }
+    if (r == 0)
+        Py_RETURN_NONE;
+    return finish(s, r - 1);
+}
+
+/* Pure mode applies when the step is models._kv_value_step and every string it meets is
+ * an exact str: the initial state, the values put and appended, the outputs of gets and
+ * the read values. 1 if it applies (states, rv and the per-entry kind/arg set up), 0 if
+ * not, -1 on error (set). */
+static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *rv,
+                      PyObject *init, PyObject *unknown) {
+    int32_t n = s->n;
+    s->kind = PyMem_RawCalloc((size_t)n, 1);
+    s->arg = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->sbuf = PyMem_RawMalloc(1 << 12);
+    s->sbcap = 1 << 12;
+    if (s->kind == NULL || s->arg == NULL || s->sbuf == NULL || grow_strtab(s) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t id = intern_str(s, init);
+    if (id < 0)
+        goto fail;
+    s->state = id;
+    for (int32_t i = 0; i < n; i++) {
+        s->arg[i] = NONE;
+        if (!s->iscall[i])
+            continue;
+        PyObject *in = PyList_GET_ITEM(inputs, i);
+        if (!PyTuple_CheckExact(in) || PyTuple_GET_SIZE(in) != 3)
+            return 0;
+        PyObject *f = PyTuple_GET_ITEM(in, 0);
+        if (!PyUnicode_CheckExact(f))
+            return 0;
+        PyObject *text;
+        if (PyUnicode_CompareWithASCIIString(f, "get") == 0) {
+            s->kind[i] = KIND_GET;
+            text = PyList_GET_ITEM(outputs, i);
+        } else if (PyUnicode_CompareWithASCIIString(f, "put") == 0) {
+            s->kind[i] = KIND_PUT;
+            text = PyTuple_GET_ITEM(in, 2);
+        } else if (PyUnicode_CompareWithASCIIString(f, "append") == 0) {
+            s->kind[i] = KIND_APPEND;
+            text = PyTuple_GET_ITEM(in, 2);
+        } else {
+            return 0;
+        }
+        if (s->kind[i] != KIND_GET || text != unknown) {
+            id = intern_str(s, text);
+            if (id < 0)
+                goto fail;
+            s->arg[i] = id;
+        }
+        s->rv[i] = NONE;
+        PyObject *v = PyList_GET_ITEM(rv, i);
+        if (s->ro[i] && v != unknown) {
+            id = intern_str(s, v);
+            if (id < 0)
+                goto fail;
+            s->rv[i] = id;
+        }
+    }
+    return 1;
+fail:
+    if (id == -3) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 static int fill(PyObject *seq, int32_t *out, Py_ssize_t n, const char *what) {
@@ -545,15 +856,15 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     Py_ssize_t n = PyList_GET_SIZE(match);
     s->n = (int32_t)n;
     s->tail = (int32_t)n - 1;
-    s->nxt = PyMem_Malloc(n * sizeof(int32_t));
-    s->prv = PyMem_Malloc(n * sizeof(int32_t));
-    s->match = PyMem_Malloc(n * sizeof(int32_t));
-    s->opi = PyMem_Malloc(n * sizeof(int32_t));
-    s->rid = PyMem_Malloc(n * sizeof(int32_t));
-    s->cid = PyMem_Malloc(n * sizeof(int32_t));
-    s->rv = PyMem_Malloc(n * sizeof(int32_t));
-    s->iscall = PyMem_Malloc(n);
-    s->ro = PyMem_Malloc(n);
+    s->nxt = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->prv = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->match = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->opi = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->rid = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->cid = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->rv = PyMem_RawMalloc(n * sizeof(int32_t));
+    s->iscall = PyMem_RawMalloc(n);
+    s->ro = PyMem_RawMalloc(n);
     if (!s->nxt || !s->prv || !s->match || !s->opi || !s->rid || !s->cid || !s->rv ||
         !s->iscall || !s->ro) {
         PyErr_NoMemory();
@@ -576,20 +887,30 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     s->states = PyList_New(0);
     if (s->ids == NULL || s->states == NULL)
         return -1;
-    s->state = intern(s, init);
-    if (s->state < 0)
+    if (!PyList_Check(rv) || PyList_GET_SIZE(rv) != n || PyList_GET_SIZE(inputs) != n ||
+        PyList_GET_SIZE(outputs) != n) {
+        PyErr_SetString(PyExc_ValueError, "rv, inputs, outputs: a list per entry expected");
         return -1;
-    if (!PyList_Check(rv) || PyList_GET_SIZE(rv) != n) {
-        PyErr_SetString(PyExc_ValueError, "rv: a list per entry expected");
-        return -1;
+    }
+    if (native == NATIVE_KV) {
+        int p = setup_pure(s, inputs, outputs, rv, init, unknown);
+        if (p < 0)
+            return -1;
+        s->pure = p;
+    }
+    if (!s->pure) {
+        s->state = intern(s, init);
+        if (s->state < 0)
+            return -1;
     }
     s->has_ro = 0;
     int32_t n_req = 0, n_cr = 0, need = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         s->has_ro |= s->ro[i];
         PyObject *v = PyList_GET_ITEM(rv, i);
-        s->rv[i] = NONE;
-        if (s->ro[i] && v != unknown) {
+        if (!s->pure)
+            s->rv[i] = NONE;
+        if (!s->pure && s->ro[i] && v != unknown) {
             int32_t id = intern(s, v);
             if (id < 0)
                 return -1;
@@ -606,10 +927,10 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     }
     s->n_req = n_req; s->n_cr = n_cr; s->need = need;
     size_t lw = (size_t)(n_req / 64 + 1), cw = (size_t)(n_cr / 64 + 1);
-    s->lin = PyMem_Calloc(lw, sizeof(uint64_t));
-    s->cr = PyMem_Calloc(cw, sizeof(uint64_t));
-    s->zreq = PyMem_Malloc((n_req + 1) * sizeof(uint64_t));
-    s->zcr = PyMem_Malloc((n_cr + 1) * sizeof(uint64_t));
+    s->lin = PyMem_RawCalloc(lw, sizeof(uint64_t));
+    s->cr = PyMem_RawCalloc(cw, sizeof(uint64_t));
+    s->zreq = PyMem_RawMalloc((n_req + 1) * sizeof(uint64_t));
+    s->zcr = PyMem_RawMalloc((n_cr + 1) * sizeof(uint64_t));
     if (!s->lin || !s->cr || !s->zreq || !s->zcr) {
         PyErr_NoMemory();
         return -1;
@@ -620,8 +941,10 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     for (int32_t i = 0; i < n_cr; i++)
         s->zcr[i] = splitmix(&seed);
     s->low = 0; s->hi = -1; s->chi = -1; s->h = 0;
-    if (grow_transitions(s) < 0 || grow_cache(s) < 0)
+    if (grow_transitions(s) < 0 || grow_cache(s) < 0) {
+        PyErr_NoMemory();
         return -1;
+    }
     s->e = s->nxt[0];
     s->fresh = s->has_ro;
     s->finished = 0;
@@ -632,6 +955,10 @@ static PyObject *Search_entries(Search *s, void *closure) {
     return PyLong_FromSize_t(s->ccount);
 }
 
+static PyObject *Search_pure(Search *s, void *closure) {
+    return PyBool_FromLong(s->pure);
+}
+
 static PyMethodDef Search_methods[] = {
     {"run", (PyCFunction)Search_run, METH_O,
      "run(budget): push at most budget configurations; None, or (code, lin, entries)"},
@@ -640,6 +967,8 @@ static PyMethodDef Search_methods[] = {
 
 static PyGetSetDef Search_getset[] = {
     {"entries", (getter)Search_entries, NULL, "configurations cached so far", NULL},
+    {"pure", (getter)Search_pure, NULL,
+     "whether the search runs without Python objects (so run_all can take it)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -656,8 +985,217 @@ static PyTypeObject SearchType = {
     .tp_getset = Search_getset,
 };
 
+/* --- run_all: pure searches on several threads, without the GIL --- */
+
+#define SLICE_S 0.0002 /* a slice of one search, in seconds: short enough that a partition
+                        * illegal after little work ends the check before the others
+                        * have spent much, long enough that switching costs nothing */
+#define MIN_BUDGET 16
+#define MAX_BUDGET (1L << 20)
+
+typedef struct {
+    Search **s;
+    int n;
+    uint8_t *st; /* per search: 0 waiting, 1 running, 2 done */
+    double *spent;
+    long *budget;
+    int remaining;
+    int stop; /* 0 running, 1 search stop_at is illegal, 2 deadline, 3 error in stop_at,
+               * 4 a signal handler raised (Ctrl-C) */
+    int stop_at;
+    double deadline; /* 0: none */
+    int workers; /* threads still running worker() */
+    pthread_mutex_t mu;
+    pthread_cond_t done; /* signalled when a worker ends */
+} Pool;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Take the waiting search that has had the least time, run it for a slice, put it
+ * back; until all are done or one is illegal (or the deadline passes). Equal time
+ * rather than equal pushes: a partition whose pushes are cheap gets further. */
+static void *worker(void *arg) {
+    Pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop && p->remaining > 0) {
+        int k = -1;
+        for (int i = 0; i < p->n; i++)
+            if (p->st[i] == 0 && (k < 0 || p->spent[i] < p->spent[k]))
+                k = i;
+        if (k < 0) /* the others run on the other threads, and keep them */
+            break;
+        p->st[k] = 1;
+        long b = p->budget[k];
+        pthread_mutex_unlock(&p->mu);
+        double t0 = now_s();
+        int r = core(p->s[k], b);
+        double t1 = now_s(), dt = t1 - t0;
+        pthread_mutex_lock(&p->mu);
+        p->spent[k] += dt;
+        long nb = dt > 0 ? (long)((double)b * SLICE_S / dt) : 2 * b;
+        if (nb > 2 * b)
+            nb = 2 * b;
+        p->budget[k] = nb < MIN_BUDGET ? MIN_BUDGET : nb > MAX_BUDGET ? MAX_BUDGET : nb;
+        if (r == 0) {
+            p->st[k] = 0;
+        } else {
+            p->st[k] = 2;
+            p->remaining--;
+            if (r != 1 && !p->stop) {
+                p->stop = r == 2 ? 1 : 3;
+                p->stop_at = k;
+            }
+        }
+        if (!p->stop && p->deadline > 0 && t1 > p->deadline)
+            p->stop = 2;
+    }
+    p->workers--;
+    pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static PyObject *run_all(PyObject *self, PyObject *args) {
+    PyObject *list;
+    double timeout;
+    int threads;
+    if (!PyArg_ParseTuple(args, "O!di", &PyList_Type, &list, &timeout, &threads))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Pool p;
+    memset(&p, 0, sizeof p);
+    p.n = (int)n;
+    p.s = PyMem_Calloc((size_t)n + 1, sizeof(Search *));
+    p.st = PyMem_Calloc((size_t)n + 1, 1);
+    p.spent = PyMem_Calloc((size_t)n + 1, sizeof(double));
+    p.budget = PyMem_Calloc((size_t)n + 1, sizeof(long));
+    pthread_t *tids = PyMem_Calloc((size_t)threads + 1, sizeof(pthread_t));
+    PyObject *result = NULL;
+    int taken = 0;
+    if (!p.s || !p.st || !p.spent || !p.budget || !tids) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(list, i);
+        if (!PyObject_TypeCheck(o, &SearchType)) {
+            PyErr_SetString(PyExc_TypeError, "run_all: a list of Search expected");
+            goto out;
+        }
+        Search *x = (Search *)o;
+        if (!x->pure || x->finished || x->busy) {
+            PyErr_SetString(PyExc_ValueError,
+                            "run_all: searches must be pure, unfinished and not running");
+            goto out;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* kept alive and to ourselves while unlocked */
+        Search *x = (Search *)PyList_GET_ITEM(list, i);
+        Py_INCREF(x);
+        x->busy = 1;
+        p.s[i] = x;
+        p.budget[i] = 64;
+        taken++;
+    }
+    p.remaining = p.n;
+    p.stop_at = -1;
+    if (pthread_mutex_init(&p.mu, NULL) != 0 || pthread_cond_init(&p.done, NULL) != 0) {
+        PyErr_SetString(PyExc_OSError, "run_all: no mutex");
+        goto out;
+    }
+    int raised = 0;
+    Py_BEGIN_ALLOW_THREADS
+    p.deadline = timeout >= 0 ? now_s() + timeout : 0;
+    int started = 0;
+    pthread_mutex_lock(&p.mu);
+    for (int t = 0; t < threads && t < p.n; t++) /* fewer threads if they cannot start */
+        if (pthread_create(&tids[started], NULL, worker, &p) == 0) {
+            started++;
+            p.workers++;
+        }
+    pthread_mutex_unlock(&p.mu);
+    if (started == 0) {
+        p.workers = 1;
+        worker(&p);
+    }
+    /* this thread waits, looking at Python's signals every 50 ms: Ctrl-C stops a
+     * search that has no timeout */
+    pthread_mutex_lock(&p.mu);
+    while (p.workers > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 50 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&p.done, &p.mu, &until);
+        if (p.workers == 0 || raised)
+            continue;
+        pthread_mutex_unlock(&p.mu);
+        Py_BLOCK_THREADS
+        raised = PyErr_CheckSignals() < 0;
+        Py_UNBLOCK_THREADS
+        pthread_mutex_lock(&p.mu);
+        if (raised && !p.stop)
+            p.stop = 4;
+    }
+    pthread_mutex_unlock(&p.mu);
+    for (int t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    Py_END_ALLOW_THREADS
+    pthread_cond_destroy(&p.done);
+    pthread_mutex_destroy(&p.mu);
+    if (raised)
+        goto out; /* the handler's exception is set */
+    if (p.stop == 3) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    PyObject *outs = PyList_New(n);
+    if (outs == NULL)
+        goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o;
+        if (p.s[i]->finished) {
+            o = finish(p.s[i], p.s[i]->outcome - 1);
+        } else {
+            Py_INCREF(Py_None);
+            o = Py_None;
+        }
+        if (o == NULL) {
+            Py_DECREF(outs);
+            goto out;
+        }
+        PyList_SET_ITEM(outs, i, o);
+    }
+    result = Py_BuildValue("(Nii)", outs, p.stop, p.stop_at);
+out:
+    for (int i = 0; i < taken; i++) {
+        p.s[i]->busy = 0;
+        Py_DECREF(p.s[i]);
+    }
+    PyMem_Free(p.s); PyMem_Free(p.st); PyMem_Free(p.spent); PyMem_Free(p.budget);
+    PyMem_Free(tids);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"run_all", run_all, METH_VARARGS,
+     "run_all(searches, timeout, threads): run pure searches to the end on up to `threads` "
+     "threads, without the GIL, stopping at the first illegal one (or at `timeout` "
+     "seconds if >= 0); returns (outcomes, stop, stop_at): per search (code, lin, "
+     "entries) or None if unfinished; stop 0 (all done), 1 (search stop_at is illegal) "
+     "or 2 (timeout)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_csearch", "The search of checker.py in C.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_csearch", "The search of checker.py in C.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__csearch(void) {

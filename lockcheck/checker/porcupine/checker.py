@@ -28,7 +28,10 @@ pushes, small in the first rounds and growing: a hard partition cannot starve th
 others, the first illegal partition ends the check (one that is illegal within a few
 pushes, before the others have spent more than that), and the timeout and the cache cap
 are checked between slices. The cache cap
-bounds the total number of memoized configurations over all partitions.
+bounds the total number of memoized configurations over all partitions. When every
+partition's compiled search is pure C (no Python object in its states: the kv model on
+strings) and there is no cache cap, the plain check runs them on all cores instead
+(`_run_threads`): the verdict is the same, only found sooner.
 
 The same search is compiled from ``_csearch.c`` when the install had a C compiler
 (`COMPILED`); the plain check uses it, verbose mode (partial linearizations) always
@@ -71,6 +74,9 @@ try:  # the compiled search, built by `pip install` when a C compiler is there
 except ImportError:  # pragma: no cover - a copy without the extension
     _csearch = None
 COMPILED = _csearch is not None and not os.environ.get("LOCKCHECK_PURE_ENGINE")
+# threads for the partitions of one check (pure C searches only; see _run_threads)
+_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+    os.cpu_count() or 1)
 
 _OK = CheckResult.OK
 _ILLEGAL = CheckResult.ILLEGAL
@@ -231,6 +237,92 @@ def _prepare(model: Model[Any, Any, Any], history: Sequence[Operation]) -> _Part
         need=sum(req),
         native=_NATIVE_STEPS.get(step, 0),
     )
+
+
+@dataclass(slots=True)
+class _CPart:
+    """What the compiled search needs of a partition (fields as in `_Part`)."""
+
+    init: Any
+    step: Callable[[Any, Any, Any], Any]
+    match: list[int]
+    opi: list[int]
+    rid: list[int]
+    cid: list[int]
+    ro: list[int]
+    rv: list[Any]
+    inputs: list[Any]
+    outputs: list[Any]
+    need: int
+    native: int
+
+
+def _prepare_events(model: Model[Any, Any, Any], events: Sequence[Event]) -> _CPart | None:
+    """``_prepare(model, events_to_operations(events))`` for the compiled search, in
+    one pass and without making operations; None if the events are malformed (the
+    general path then says how).
+
+    The times are the events' indices, all distinct, so the entries are the events in
+    their order, then the returns of the crashed ops (``inf``) in call order.
+    """
+    ne = len(events)
+    calls: list[int] = []  # call entries in order
+    open_calls: dict[int, int] = {}
+    match = [0] * (ne + 2)
+    inputs: list[Any] = [None] * (ne + 2)
+    outputs: list[Any] = [None] * (ne + 2)
+    for e, ev in enumerate(events, 1):
+        kind = ev.kind
+        if kind == "call":
+            if ev.id in open_calls:
+                return None
+            open_calls[ev.id] = e
+            calls.append(e)
+            inputs[e] = ev.value
+        elif kind == "return":
+            c = open_calls.pop(ev.id, None)
+            if c is None:
+                return None
+            match[c] = e
+            outputs[c] = ev.value
+        else:
+            return None
+    n = len(calls)
+    size = 2 * n + 2
+    extra = size - len(match)
+    if extra:
+        match += [0] * extra
+        inputs += [None] * extra
+        outputs += [None] * extra
+    opi = [-1] * size
+    rid = [-1] * size
+    cid = [-1] * size
+    ro = [0] * size
+    rv: list[Any] = [UNKNOWN] * size
+    read_only = model.read_only
+    # comparing with the read value is only right when states are compared with ==
+    read_value = model.read_value if model.key is None and model.equal is None else None
+    n_req = 0
+    n_crashed = 0
+    for i, e in enumerate(calls):
+        opi[e] = i
+        if match[e]:
+            rid[e] = n_req
+            n_req += 1
+            out = outputs[e]
+        else:  # crashed: its return comes after every event
+            match[e] = ne + 1 + n_crashed
+            cid[e] = n_crashed
+            n_crashed += 1
+            outputs[e] = out = UNKNOWN
+        if read_only is not None and read_only(inputs[e], out):
+            ro[e] = 1
+            if read_value is not None:
+                rv[e] = read_value(inputs[e], out)
+    init, step = _engine_step(model)
+    return _CPart(init=init, step=step, match=match, opi=opi, rid=rid, cid=cid, ro=ro, rv=rv,
+                  inputs=inputs, outputs=outputs, need=n_req,
+                  native=_NATIVE_STEPS.get(step, 0))
 
 
 # What a finished search returns: the verdict, the linearization (OK) or None, in
@@ -478,13 +570,20 @@ def _search(part: _Part, verbose: bool, sink: dict[str, Any]) -> Generator[None,
             e = tail if forced else nxt[e]
 
 
-def _compiled_search(part: _Part) -> Generator[None, int, _Outcome]:
+def _new_search(part: _Part | _CPart) -> Any:
+    return _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
+                           part.inputs, part.outputs, part.step, part.init, UNKNOWN,
+                           part.native)
+
+
+def _compiled_search(
+    part: _Part | _CPart, search: Any = None
+) -> Generator[None, int, _Outcome]:
     """`_search` (not verbose) in C: the same steps, resumable the same way."""
     if part.need == 0:
         return _OK, (), None, 0
-    search = _csearch.Search(part.match, part.opi, part.rid, part.cid, part.ro, part.rv,
-                             part.inputs, part.outputs, part.step, part.init, UNKNOWN,
-                             part.native)
+    if search is None:
+        search = _new_search(part)
     budget = yield
     while True:
         done = search.run(budget)
@@ -527,16 +626,25 @@ def _run(
     timeout: float | None,
     max_cache: int | None,
     verbose: bool,
+    cparts: list[_CPart] | None = None,
 ) -> tuple[CheckResult, LinearizationInfo]:
+    """Check the partitions `histories`, or (the plain check only) `cparts`."""
     t0 = time.monotonic()
     deadline = None if timeout is None else t0 + timeout
     if max_cache is not None and max_cache < 0:
         raise ValueError("max_cache must be >= 0")
-    parts = [_prepare(model, h) for h in histories]
+    parts: Sequence[_Part | _CPart] = (
+        cparts if cparts is not None else [_prepare(model, h) for h in histories]
+    )
+    compiled = cparts is not None or (COMPILED and not verbose)
+    searches = [_new_search(p) if compiled and p.need else None for p in parts]
+    if max_cache is None and any(searches) and all(s is None or s.pure for s in searches):
+        # nothing to share but the clock: the partitions run on all cores, in C
+        return _run_threads(searches, timeout, deadline, t0)
     sinks: list[dict[str, Any]] = [{} for _ in parts]
     gens = [
-        _compiled_search(p) if COMPILED and not verbose else _search(p, verbose, sink)
-        for p, sink in zip(parts, sinks, strict=True)
+        _compiled_search(p, s) if compiled or isinstance(p, _CPart) else _search(p, verbose, sink)
+        for p, s, sink in zip(parts, searches, sinks, strict=True)
     ]
     outcomes: list[_Outcome | None] = [None] * len(parts)
     used = [0] * len(parts)  # cache entries (= pushes) of each partition's search
@@ -592,6 +700,7 @@ def _run(
     infos: list[PartitionInfo] = []
     if verbose:
         for j, part in enumerate(parts):
+            assert isinstance(part, _Part)  # cparts are for the plain check only
             out = outcomes[j]
             if out is None:
                 infos.append(
@@ -617,6 +726,32 @@ def _run(
         note=stop_reason if result is not _OK else "",
         elapsed_s=time.monotonic() - t0,
         cache_entries=sum(used),
+    )
+    return result, info
+
+
+def _run_threads(
+    searches: list[Any],
+    timeout: float | None,
+    deadline: float | None,
+    t0: float,
+) -> tuple[CheckResult, LinearizationInfo]:
+    """The plain check when every partition's search is pure C (`_csearch.run_all`):
+    the searches share out the cores, each taking turns of equal time, until all end
+    or one is illegal. Without a cache cap the verdict does not depend on the turns."""
+    todo = [s for s in searches if s is not None]
+    left = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+    outs, stop, at = _csearch.run_all(todo, left, _THREADS)
+    index = [j for j, s in enumerate(searches) if s is not None]
+    entries = sum(s.entries for s in todo)
+    if stop == 1:
+        result, note = _ILLEGAL, f"partition {index[at]} is not linearizable"
+    elif any(o is None for o in outs):
+        result, note = _UNKNOWN, f"timeout of {timeout} s reached"
+    else:
+        result, note = _OK, ""
+    info = LinearizationInfo(
+        partitions=(), note=note, elapsed_s=time.monotonic() - t0, cache_entries=entries
     )
     return result, info
 
@@ -707,7 +842,28 @@ def check_events(
     max_cache: int | None = None,
 ) -> CheckResult:
     """Like `check_operations`, for a real-time ordered list of call/return events."""
+    cparts = _event_parts(model, events) if COMPILED else None
+    if cparts is not None:
+        return _run(model, [], timeout, max_cache, False, cparts)[0]
     return _run(model, _split_events(model, events), timeout, max_cache, False)[0]
+
+
+def _event_parts(model: Model[Any, Any, Any], events: Sequence[Event]) -> list[_CPart] | None:
+    """The partitions of the events, prepared for the compiled search; None where the
+    general path must run (a model partitioning operations, malformed events)."""
+    if model.partition_events is not None:
+        groups: Sequence[Sequence[Event]] = model.partition_events(list(events))
+    elif model.partition is None:
+        groups = [events]
+    else:
+        return None
+    cparts = []
+    for g in groups:
+        p = _prepare_events(model, g)
+        if p is None:
+            return None
+        cparts.append(p)
+    return cparts
 
 
 def check_events_verbose(
