@@ -87,6 +87,17 @@ def runs(module_cli: Any) -> dict[str, Any]:
     return done
 
 
+def showing(module_cli: Any, r: Any, name: str, shows: Any, tries: int = 3) -> Any:
+    """The first of up to `tries` runs of `name` that shows its scenario (the wave's run
+    first, then runs of its own). Server pauses hit a member at random: in one run of
+    the suite in several, no holder was bound to a paused member in time."""
+    for _ in range(tries - 1):
+        if shows(r):
+            break
+        r = module_cli("test", *RUNS[name], timeout=240)
+    return r
+
+
 def ops_of(r: Any) -> list[Op]:
     return read_history(r.run_dir / "history.jsonl")
 
@@ -132,7 +143,7 @@ def test_pottery_refuses_the_grant_it_read_too_late(module_cli: Any,
 
 def test_jepsen_client_discipline_loses_updates_under_server_pauses(
         module_cli: Any, runs: dict[str, Any]) -> None:
-    r = runs["jepsen"]
+    r = showing(module_cli, runs["jepsen"], "jepsen", lambda r: r.code == 1)
     assert r.code == 1, r.explain()
     checkers = r.results()["checkers"]
     ls = checkers["lock-set"]
@@ -149,7 +160,8 @@ def test_jepsen_client_discipline_loses_updates_under_server_pauses(
 
 def test_a_write_guarded_by_the_lock_key_loses_nothing(module_cli: Any,
                                                         runs: dict[str, Any]) -> None:
-    r = runs["jepsen_txn"]
+    r = showing(module_cli, runs["jepsen_txn"], "jepsen_txn", lambda r: r.code in (0, 1)
+                and r.results()["checkers"]["mutual-exclusion"]["valid"] is False)
     checkers = r.results()["checkers"]
     ls = checkers["lock-set"]
     assert ls["valid"] is True, ls
