@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -142,6 +143,18 @@ def _read(path: str) -> str | None:
             return fh.read().decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` TCP ports free on loopback just now, for servers a test starts there."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def proc_cmdline(pid: int) -> str | None:
@@ -506,6 +519,16 @@ class Cli:
         p = CliProcess(self, argv, cwd or self.cwd, rdir, env, user)
         self.processes.append(p)
         return p
+
+    def in_waves(self, waves: Sequence[Sequence[str]], argv: Callable[[str], Sequence[str]],
+                 timeout: float) -> dict[str, CliResult]:
+        """`lockcheck test` runs by name, a wave at a time: a wave's runs together (each
+        has its own run id and subnet), the next wave once they have ended."""
+        done: dict[str, CliResult] = {}
+        for wave in waves:
+            started = {name: self.start("test", *argv(name)) for name in wave}
+            done.update({name: p.wait(timeout) for name, p in started.items()})
+        return done
 
     def __call__(self, *args: Any, timeout: float = 120.0, env: dict[str, str] | None = None,
                  results_dir: Path | None = None, user: Sequence[str] | None = None,

@@ -38,10 +38,8 @@ TIMING = {"zookeeper": ("20", "3")}
 def _in_waves(module_cli: Any, waves: tuple[tuple[str, ...], ...],
               args: Any, timeout: float) -> dict[str, Any]:
     assert sorted(b for w in waves for b in w) == DEFAULTS, "a backend is in no wave"
-    done: dict[str, Any] = {}
-    for wave in waves:
-        started = {b: module_cli.start("test", "--backend", b, *args(b)) for b in wave}
-        done.update({b: p.wait(timeout) for b, p in started.items()})
+    done: dict[str, Any] = module_cli.in_waves(waves, lambda b: ("--backend", b, *args(b)),
+                                               timeout)
     return done
 
 

@@ -24,7 +24,6 @@ looks at one.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -37,6 +36,7 @@ import pytest
 from lockcheck.db.etcd import healthy
 from lockcheck.history import Op, read_history
 from lockcheck.locks.etcd import EtcdLockClient
+from tests.conftest import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -78,10 +78,7 @@ WAVES = (("jepsen", "no_validity", "wait_one"), ("jepsen_txn", "pottery", "wait_
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> dict[str, Any]:
-    done: dict[str, Any] = {}
-    for wave in WAVES:
-        started = {name: module_cli.start("test", *RUNS[name]) for name in wave}
-        done.update({name: p.wait(240) for name, p in started.items()})
+    done: dict[str, Any] = module_cli.in_waves(WAVES, RUNS.__getitem__, 240)
     for r in done.values():
         assert r.run_dir is not None and r.code in (0, 1, 2), r.explain()
     return done
@@ -202,24 +199,13 @@ def test_wait_for_every_replica_survives_the_same_failover(module_cli: Any,
 # -- etcd-io/etcd#11456 in the etcd lockcheck runs --------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture()
 def lone_etcd(tmp_path: Path) -> Iterator[str]:
     """One etcd member on loopback (the binary every etcd run uses), torn down by PID."""
     etcd = shutil.which("etcd")
     if etcd is None:
         pytest.skip("etcd not found (apt-get install -y etcd-server)")
-    client, peer = _free_ports(2)
+    client, peer = free_ports(2)
     c_url, p_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     log = (tmp_path / "etcd.log").open("w")
     proc = subprocess.Popen(

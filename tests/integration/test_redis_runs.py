@@ -34,10 +34,7 @@ WAVES = (("kill_run", "fenced_run", "unfenced_run"), ("none_run", "partition_run
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> dict[str, Any]:
-    done: dict[str, Any] = {}
-    for wave in WAVES:
-        started = {name: module_cli.start("test", *RUNS[name]) for name in wave}
-        done.update({name: p.wait(120) for name, p in started.items()})
+    done: dict[str, Any] = module_cli.in_waves(WAVES, RUNS.__getitem__, 120)
     for r in done.values():
         assert r.run_dir is not None, r.explain()
         assert r.code in (0, 1, 2), r.explain()

@@ -13,7 +13,6 @@ test).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -24,21 +23,11 @@ import redis
 
 from lockcheck.locks.api import Definite
 from lockcheck.locks.redlock import RedlockClient
+from tests.conftest import free_ports
 
 pytestmark = pytest.mark.integration
 
 TTL_MS = 500
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @pytest.fixture()
@@ -47,7 +36,7 @@ def masters(tmp_path: Path) -> Iterator[list[tuple[str, int]]]:
     server = shutil.which("redis-server")
     if server is None:
         pytest.skip("redis-server not found (apt-get install -y redis-server)")
-    ports = _free_ports(3)
+    ports = free_ports(3)
     procs = [subprocess.Popen([server, "--port", str(p), "--bind", "127.0.0.1",
                                "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
