@@ -550,10 +550,13 @@ class Run:
         healed = False
         while (now := time.monotonic()) < end:
             self.show("quiet" if healed else "running")
-            if now >= quiet_from and not healed:
-                self.errors += self.heal()  # heal before the quiet phase
-                healed = True
             assert self.schedule is not None
+            held = self.schedule.holds_until()
+            # heal before the quiet phase, once the faults in place have had their
+            # whole hold (a restart cut short would not be the fault asked for)
+            if now >= quiet_from and not healed and (held is None or now >= held):
+                self.errors += self.heal()
+                healed = True
             if self.schedule.error is not None:
                 raise RuntimeError(f"nemesis failed: {self.schedule.error}")
             if all(not w.daemon.alive() for w in self.workers):
@@ -561,6 +564,8 @@ class Run:
                 self.workers_gone = True
                 break
             time.sleep(0.1)
+        if not healed:  # a hold due after the run's end ends with it
+            self.errors += self.heal()
         self.show(force=True)
 
     def stop_workers(self) -> None:

@@ -48,6 +48,7 @@ class NemesisSchedule(threading.Thread):
         self.error: BaseException | None = None
         self.heal_errors: list[str] = []
         self.lock = threading.Lock()
+        self._holds_until: float | None = None  # when the group in place is due to end
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep unless stopped or past the schedule's end; False if we must stop."""
@@ -91,6 +92,8 @@ class NemesisSchedule(threading.Thread):
                     # rather than take a whole window from the faults that follow
                     hold = 0.0 if value.get("skipped") else nem.hold_s
                     due.append((time.monotonic() + hold, -i, nem))
+                with self.lock:
+                    self._holds_until = max((at for at, _, _ in due), default=None)
                 # each fault ends after its own hold; at the same time, the last started
                 # ends first
                 for at, _, nem in sorted(due, key=lambda d: (d[0], d[1])):
@@ -98,6 +101,8 @@ class NemesisSchedule(threading.Thread):
                         break
                     self.stop_one(nem)
                 self.stop_active()
+                with self.lock:
+                    self._holds_until = None
         except BaseException as e:  # surfaced by the runner; heal still runs
             log.exception("nemesis failed")
             self.error = e
@@ -147,6 +152,14 @@ class NemesisSchedule(threading.Thread):
         """Stop every active fault, the last started first."""
         for nem, _ in reversed(list(self.active)):
             self.stop_one(nem)
+
+    def holds_until(self) -> float | None:
+        """When the faults in place now are due to end (monotonic), or None if none is
+        holding. A fault that waited for its moment (an aimed kill waits for a holder)
+        may be due after the schedule's end: the run lets it keep its whole hold (a
+        kill's restart delay is what the test asked for) before the quiet phase."""
+        with self.lock:
+            return self._holds_until
 
     def finish(self) -> list[str]:
         """Stop scheduling, end the active faults, heal everything; return what failed

@@ -58,11 +58,13 @@ def both(model: Model[Any, Any, Any], history: Sequence[Operation]) -> None:
         assert a == b
 
 
+NO_PORCUPINE = (f"Porcupine's test corpus is not beside this clone ({PORCUPINE}); it ships "
+                "in the project's shared/ folder only")
+
+
 def _porcupine_cases() -> list[Any]:
     if not (PORCUPINE / "expected.json").exists():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=(
-            f"Porcupine's test corpus is not beside this clone ({PORCUPINE}); it ships in "
-            "the project's shared/ folder only")))]
+        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_PORCUPINE))]
     names = [n for n, v in json.loads((PORCUPINE / "expected.json").read_text()).items()
              if v is not None]
     return [pytest.param(n, id=n, marks=[pytest.mark.slow] if n == "kv/c50-ok.txt" else [])
@@ -219,7 +221,7 @@ def test_pure_c_only_for_strings() -> None:
 
 def test_threads_stop_at_the_first_illegal_partition_or_the_timeout() -> None:
     if not (PORCUPINE / "expected.json").exists():
-        pytest.skip(f"Porcupine's test corpus is not beside this clone ({PORCUPINE})")
+        pytest.skip(NO_PORCUPINE)
     events = parse_kv_log(PORCUPINE / "kv/c50-bad.txt")  # some partitions never end
     model = kv()
     cparts = checker._event_parts(model, events)
@@ -237,7 +239,7 @@ def test_a_signal_stops_the_threads() -> None:
     # Ctrl-C (here: an alarm whose handler raises) must stop a search in C threads that
     # has no end in sight; the timeout is only there so that a failure is not a hang
     if not (PORCUPINE / "expected.json").exists():
-        pytest.skip(f"Porcupine's test corpus is not beside this clone ({PORCUPINE})")
+        pytest.skip(NO_PORCUPINE)
     model = kv()
     assert model.partition_events is not None
     events = parse_kv_log(PORCUPINE / "kv/c50-bad.txt")

@@ -195,3 +195,32 @@ def test_ctrl_c_at_the_terminal_stops_the_command_with_130(tmp_path: Path) -> No
     assert json.loads((history.parent / "results.json").read_text())["interrupted"] is True
     assert Registry(tmp_path / "reg").all() == []
     assert processes_of(rid) == {}
+
+
+def test_a_fault_that_started_late_keeps_its_whole_hold_before_the_quiet_phase(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aimed kill may wait for its moment, so that its restart delay would run past
+    the start of the quiet phase; the heal then waits for it: a restart cut short is
+    not the fault asked for (a Redlock master restarted before a TTL passed grants
+    twice where the delayed restart under test would not)."""
+    from lockcheck.nemesis.process import Kill
+
+    start = Kill.start
+
+    def late(self: Kill, rng: Any) -> dict[str, Any]:
+        time.sleep(1.2)  # as an aimed kill waits for a holder
+        return start(self, rng)
+
+    monkeypatch.setattr(Kill, "start", late)
+    # faults from 1 s; the quiet phase from 3 s; the kill lands at about 2.2 s
+    outcome, reg, results = go(tmp_path, spec(tmp_path, nemesis=("kill",), time_limit=4.0,
+                                              quiet=1.0, restart_delay=1.5))
+    ops = [json.loads(line) for line in (outcome.run_dir / "history.jsonl").open()]
+    kills = [o["time"] for o in ops if o["process"] == "nemesis" and o["f"] == "kill"
+             and o["type"] == "info"]
+    restarts = [o["time"] for o in ops if o["process"] == "nemesis" and o["f"] == "restart"
+                and o["type"] == "info"]
+    assert len(kills) == 1 and len(restarts) == 1, (kills, restarts)
+    assert restarts[0] - kills[0] >= 1.5e9, (restarts[0] - kills[0]) / 1e9
+    assert results.get("heal_errors", []) == []
+    assert_all_gone(outcome, reg)
