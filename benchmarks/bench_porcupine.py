@@ -1,7 +1,7 @@
 """Benchmark the porcupine engine on Porcupine's own corpus, side by side with Go.
 
     PYTHONPATH=. python benchmarks/bench_porcupine.py [--data DIR] [--repeat N] [--no-hints]
-    PYTHONPATH=. python benchmarks/bench_porcupine.py --go /tmp/pbench --rounds 3 --cold
+    PYTHONPATH=. python benchmarks/bench_porcupine.py --go <pbench> --rounds 3 --cold
     PYTHONPATH=. python benchmarks/bench_porcupine.py --base ../main --rounds 5 --cold
     LOCKCHECK_PURE_ENGINE=1 PYTHONPATH=. python benchmarks/bench_porcupine.py  # no C search
 
