@@ -13,10 +13,10 @@ import json
 import lzma
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, Any, BinaryIO
 
 Process = int | str  # an int for clients, "nemesis" for faults
 
@@ -362,7 +362,7 @@ class HistoryWriter:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._fh: TextIO = self.path.open("a", encoding="utf-8")
+        self._fh: BinaryIO = self.path.open("ab")
         self._lock = threading.Lock()
         self._next = 0
         self.counts: dict[str, int] = {}
@@ -373,22 +373,24 @@ class HistoryWriter:
             d.pop("index", None)
             d = {"index": self._next, **d}  # the documented field order: index first
             line = json.dumps(d, separators=(", ", ": "))
-            self._fh.write(line + "\n")
+            self._fh.write(line.encode() + b"\n")
             self._fh.flush()
             self._next += 1
             t = str(d.get("type"))
             self.counts[t] = self.counts.get(t, 0) + 1
         return d
 
-    def append_lines(self, lines: Sequence[str]) -> int:
-        """Append ops that arrive already encoded: each line a complete JSON object
-        without `index`, ending in a newline. Each gets the next index as its first
-        field; one write and one flush for all (`counts` counts only `append`'s ops).
-        Returns the first index."""
+    def append_block(self, block: bytes) -> int:
+        """Append ops that arrive already encoded: `block` is whole lines, each a JSON
+        object without `index` (ASCII, `{"` first), each ending in a newline. Each gets
+        the next index as its first field; one write and one flush for all (`counts`
+        counts only `append`'s ops). Returns the first index."""
+        lines = block.split(b"\n")
+        lines.pop()  # after the last newline
         with self._lock:
             first = self._next
-            self._fh.write("".join(f'{{"index": {first + i}, {line[1:]}'
-                                   for i, line in enumerate(lines)))
+            self._fh.write(b"".join([b'{"index": %d, %b\n' % (i, line[1:])
+                                     for i, line in enumerate(lines, first)]))
             self._fh.flush()
             self._next += len(lines)
         return first

@@ -1,21 +1,24 @@
 """Worker ops into the history: one thread reads every worker's pipe as ops arrive.
 
 A worker prints each op as one JSON line in a fixed layout (`workloads/worker.py:
-Recorder`: `{"time": ..., "process": ..., "type": "...", "f": "...", ...}`). The
-intake does not decode and re-encode what it copies: it takes the complete lines each
-pipe has, prefixes each with its `index`, and appends them with one write and one
-flush per wake-up (`HistoryWriter.append_lines`); a wake-up first waits `gather_s`
-(2 ms) for the other workers' lines, unless a fault acts on ops the moment they
-arrive (`NemesisKind.prompt`: client-pause). So the history is still written as the
-run goes and is readable after a crash up to the last complete line, at a small part
-of the cost of a thread per worker and a parse, a dump and a flush per line
-(docs/benchmarks.md).
+Recorder`: `{"time": ..., "process": ..., "type": "...", "f": "...", ...}`, ASCII). The
+intake copies what a pipe brings as bytes, a block of complete lines at a time, and
+does no work per line that C does not do for it: that every line of a block is in the
+layout is three counts and an ASCII test over the block; the lines observers want are
+found by substring search; the rest are counted by type with `bytes.count`. The writer
+then gives each line its `index` (`HistoryWriter.append_block`), one write and one
+flush per wake-up; a wake-up first waits `gather_s` (2 ms) for the other workers'
+lines, unless a fault acts on ops the moment they arrive (`NemesisKind.prompt`:
+client-pause). So the history is still written as the run goes and is readable after a
+crash up to the last complete line, at a small part of the cost of decoding each line
+(docs/benchmarks.md, "Harness overhead").
 
 Observers (the progress counts, who holds a lock now) see, whole, the ops whose line
-`wants` (critical-section events, resource writes: a substring test, which may let an
-extra line through but never misses one); of the others `count` gets how many of each
-type came, a wake-up at a time. A line not in the layout is dropped and counted,
-never written.
+contains one of the `wants` markers (critical-section events, resource writes: a
+substring test, which may let an extra line through but never misses one); of the
+others `count` gets how many of each type came, a wake-up at a time. A line not in the
+layout is dropped and counted, never written: a block with one takes the slow path,
+line by line.
 """
 
 from __future__ import annotations
@@ -38,19 +41,28 @@ CHUNK = 1 << 16
 # hundred wake-ups a second instead of thousands (each one a chance for the scheduler to
 # preempt a worker inside its critical section, which costs the others a backoff)
 GATHER_S = 0.002
-_HEAD, _TAIL, _TYPE = '{"time": ', "}\n", '"type": "'
+_HEAD, _NEXT, _TAIL = b'{"time": ', b'\n{"time": ', b"}\n"
+TYPES = ("invoke", "ok", "fail", "info", "event")
+# a line's type as the layout writes it, between process and f: a value would have to
+# hold this very text, unescaped, to be miscounted (only the progress counts use it)
+_decode = json.JSONDecoder().raw_decode
+_TYPE_MARKS = tuple((t, b'"type": "' + t.encode() + b'", "f": "') for t in TYPES)
 
 
-def line_type(line: str) -> str:
-    """The `type` of a line in the Recorder's layout (it follows time and process)."""
-    i = line.find(_TYPE, 10, 80) + len(_TYPE)
-    return line[i:line.find('"', i)]
-
-
-def in_layout(line: str) -> bool:
-    """A complete line as the Recorder writes it (whole JSON objects only, so a line
+def in_layout(line: bytes) -> bool:
+    """One complete line as the Recorder writes it (whole JSON objects only, so a line
     cut off by a dying worker never reaches the history)."""
-    return line.startswith(_HEAD) and line.endswith(_TAIL)
+    return (line.startswith(_HEAD) and line.endswith(_TAIL) and line.count(b"\n") == 1
+            and line.isascii())
+
+
+def all_in_layout(block: bytes) -> bool:
+    """Every line of a block of complete lines is `in_layout`, tested without a loop:
+    each line starts with the head (the first, and every one after a newline) and each
+    newline ends a line that ends with the tail."""
+    n = block.count(b"\n")
+    return (block.startswith(_HEAD) and block.count(_NEXT) == n - 1
+            and block.count(_TAIL) == n and block.isascii())
 
 
 class Source:
@@ -64,11 +76,12 @@ class Source:
         self.ended = threading.Event()
         self.heard = threading.Event()  # it has written something: the worker is up
 
-    def lines(self, chunk: bytes) -> list[str]:
-        data = self.rest + chunk
+    def block(self, chunk: bytes) -> bytes:
+        """The complete lines this read ends, with the start the last read left."""
+        data = self.rest + chunk if self.rest else chunk
         cut = data.rfind(b"\n") + 1
         self.rest = data[cut:]
-        return data[:cut].decode("utf-8", "replace").splitlines(keepends=True)
+        return data[:cut]
 
     def wait_ended(self, timeout: float) -> bool:
         return self.ended.wait(timeout)
@@ -76,21 +89,44 @@ class Source:
 
 @dataclass
 class Batch:
-    """What one wake-up brought: the lines to write, the ops read whole (with their
-    place among the lines), and how many of each type came of the rest."""
+    """What one wake-up brought: blocks of lines to write, the ops read whole (with the
+    number of their line in the batch), and how many of each type came of the rest."""
 
-    lines: list[str] = field(default_factory=list)
+    blocks: list[bytes] = field(default_factory=list)
+    lines: int = 0
     whole: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     light: dict[str, int] = field(default_factory=dict)
 
 
+def only_in_layout(src: Source, block: bytes) -> bytes:
+    """The slow path, for a block with a line out of the layout: drop and count those."""
+    lines = block.split(b"\n")
+    lines.pop()  # the block ends with a newline
+    keep = [line + b"\n" for line in lines if in_layout(line + b"\n")]
+    src.bad_lines += len(lines) - len(keep)
+    return b"".join(keep)
+
+
+def wanted_lines(block: bytes, markers: Sequence[bytes]) -> list[tuple[int, int]]:
+    """Where the lines that hold any of `markers` start and end, in order."""
+    found: set[tuple[int, int]] = set()
+    for m in markers:
+        i = block.find(m)
+        while i >= 0:
+            start = block.rfind(b"\n", 0, i) + 1
+            end = block.find(b"\n", i) + 1
+            found.add((start, end))
+            i = block.find(m, end)
+    return sorted(found)
+
+
 class Intake(threading.Thread):
     def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
-                 wants: Callable[[str], bool],
+                 wants: Sequence[bytes],
                  count: Callable[[dict[str, int]], None] | None = None,
                  gather_s: float = GATHER_S) -> None:
         super().__init__(name="intake", daemon=True)
-        self.writer, self.observers, self.wants = writer, list(observers), wants
+        self.writer, self.observers, self.wants = writer, list(observers), tuple(wants)
         self.count, self.gather_s = count, gather_s
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -142,7 +178,7 @@ class Intake(threading.Thread):
                 chunk = os.read(src.fd, CHUNK)
                 if chunk:
                     src.heard.set()
-                    self._parse(src, src.lines(chunk), batch)
+                    self._take(src, src.block(chunk), batch)
                     continue
                 self.sel.unregister(src.fd)
                 live -= 1
@@ -150,38 +186,65 @@ class Intake(threading.Thread):
                     src.bad_lines += 1
                     src.rest = b""
                 src.ended.set()
-            if batch.lines:
+            if batch.blocks:
                 self._deliver(batch)
             with self._lock:
                 if self._closing and live == 0 and not self._new:
                     self._end()
                     return
 
-    def _parse(self, src: Source, lines: list[str], batch: Batch) -> None:
-        for line in lines:
-            if not in_layout(line):
-                src.bad_lines += 1
-                continue
-            if self.wants(line):
-                try:
-                    op = json.loads(line)
-                except ValueError:
-                    src.bad_lines += 1
-                    continue
-                batch.whole.append((len(batch.lines), op))
-            else:
-                t = line_type(line)
-                batch.light[t] = batch.light.get(t, 0) + 1
-            batch.lines.append(line)
+    def _take(self, src: Source, block: bytes, batch: Batch) -> None:
+        if block and not all_in_layout(block):
+            block = only_in_layout(src, block)
+        if not block:
+            return
+        whole: list[tuple[int, dict[str, Any]]] = []
+        bad: list[tuple[int, int]] = []
+        wanted = wanted_lines(block, self.wants)
+        text = block.decode("ascii") if wanted else ""  # ASCII: the same offsets
+        for start, end in wanted:
+            try:
+                op, stop = _decode(text, start)
+                if stop != end - 1 or not isinstance(op, dict):
+                    raise ValueError("not one object")
+                whole.append((start, op))
+            except ValueError:
+                bad.append((start, end))
+        if bad:  # in the layout but not JSON: drop those, then take the rest
+            src.bad_lines += len(bad)
+            kept, last = [], 0
+            for start, end in bad:
+                kept.append(block[last:start])
+                last = end
+            kept.append(block[last:])
+            self._take(src, b"".join(kept), batch)
+            return
+        pos = line = 0
+        for start, op in whole:
+            line += block.count(b"\n", pos, start)
+            pos = start
+            batch.whole.append((batch.lines + line, op))
+        light = batch.light
+        for t, mark in _TYPE_MARKS:
+            n = block.count(mark)
+            if n:
+                light[t] = light.get(t, 0) + n
+        for _, op in whole:  # counted above, seen whole by the observers
+            seen = op.get("type")
+            if seen in light:
+                light[seen] -= 1
+        batch.blocks.append(block)
+        batch.lines += block.count(b"\n")
 
     def _deliver(self, batch: Batch) -> None:
-        first = self.writer.append_lines(batch.lines)
+        first = self.writer.append_block(b"".join(batch.blocks))
         for pos, op in batch.whole:
             op["index"] = first + pos
             for obs in self.observers:
                 obs(op)
-        if self.count is not None and batch.light:
-            self.count(batch.light)
+        light = {t: n for t, n in batch.light.items() if n > 0}
+        if self.count is not None and light:
+            self.count(light)
 
     def _end(self) -> None:
         with self._lock:

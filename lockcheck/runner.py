@@ -175,10 +175,8 @@ def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
         if op["type"] == "event":
             holders.observe(op)
 
-    def wants(line: str) -> bool:
-        return '"type": "event"' in line or '"f": "write"' in line
-
-    return Intake(writer, [observe], wants=wants, count=stats.count, gather_s=gather_s)
+    return Intake(writer, [observe], wants=(b'"type": "event"', b'"f": "write"'),
+                  count=stats.count, gather_s=gather_s)
 
 
 class WorkerHandle:

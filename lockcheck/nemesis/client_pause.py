@@ -35,57 +35,77 @@ from typing import Any
 from lockcheck.nemesis.api import Holding, RunContext, WorkerRef
 from lockcheck.workloads.stop_point import ARM, DISARM, EVENT
 
+# an enter as the intake saw it: (worker, process, key, fence, since_ns, granted_by,
+# refused_by), made a Holding only when a fault asks (most runs never do)
+_Entered = tuple[int, Any, str, Any, int, Any, Any]
+
 
 class Holders:
     """Who is inside a critical section right now, from the ops as they arrive."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._inside: dict[tuple[str, Any], Holding] = {}
+        self._inside: dict[tuple[str, Any], _Entered] = {}
         self._exited = threading.Condition(self._lock)
+        self._waiting = 0  # threads in a wait: only then does an event notify
         self._exits = 0
-        self._last_exit: Holding | None = None
+        self._last_exit: _Entered | None = None
         self._stops: list[Holding] = []  # stop-at-acquire events, in order
         self._entered: set[int] = set()  # workers that have held a lock (they are up)
         self._enters = 0
-        self._recent: deque[tuple[int, Holding]] = deque(maxlen=256)  # (count, enter)
+        self._recent: deque[tuple[int, _Entered]] = deque(maxlen=256)  # (count, enter)
         # holders another process was granted the same lock from, while they were inside
         self._overtaken: set[tuple[str, int, int]] = set()
 
     def observe(self, op: Mapping[str, Any]) -> None:
-        if op.get("type") != "event" or op.get("key") is None:
+        # on every enter and exit of the run, in the intake's thread: kept cheap
+        if op.get("type") != "event":
             return
-        k = (op["key"], op.get("process"))
+        key = op.get("key")
+        if key is None:
+            return
+        f, p = op.get("f"), op.get("process")
         with self._lock:
-            if op.get("f") == "enter":
-                self._entered.add(int(op.get("worker", -1)))
+            if f == "enter":
+                worker = int(op.get("worker", -1))
+                self._entered.add(worker)
                 v = op.get("value")
                 v = v if isinstance(v, dict) else {}
-                self._overtaken.update(_ident(x) for x in self._inside.values()
-                                       if x.key == op["key"] and x.process != op.get("process"))
-                held = self._inside[k] = Holding(
-                    worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
-                    key=str(op["key"]), fence=v.get("fence"),
-                    since_ns=int(op.get("time", 0)),
-                    granted_by=tuple(str(n) for n in v.get("granted_by") or ()),
-                    refused_by=tuple(str(n) for n in v.get("refused_by") or ()))
+                for x in self._inside.values():
+                    if x[2] == key and x[1] != p:
+                        self._overtaken.add(_ident(_holding(x)))
+                held = self._inside[(key, p)] = (
+                    worker, p, key, v.get("fence"), int(op.get("time", 0)),
+                    v.get("granted_by"), v.get("refused_by"))
                 self._enters += 1
                 self._recent.append((self._enters, held))
-                self._exited.notify_all()
-            elif op.get("f") == "exit":
-                h = self._inside.pop(k, None)
+                self._notify()
+            elif f == "exit":
+                h = self._inside.pop((key, p), None)
                 if h is not None:
                     self._last_exit, self._exits = h, self._exits + 1
-                    self._exited.notify_all()
-            elif op.get("f") == EVENT:
+                    self._notify()
+            elif f == EVENT:
                 self._stops.append(Holding(
-                    worker=int(op.get("worker", -1)), process=int(op.get("process", -1)),
-                    key=str(op["key"]), fence=None, since_ns=int(op.get("time", 0))))
-                self._exited.notify_all()
+                    worker=int(op.get("worker", -1)), process=int(p if p is not None else -1),
+                    key=str(key), fence=None, since_ns=int(op.get("time", 0))))
+                self._notify()
+
+    def _notify(self) -> None:
+        if self._waiting:
+            self._exited.notify_all()
+
+    def _wait_for(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """`Condition.wait_for`, counted (the lock is held)."""
+        self._waiting += 1
+        try:
+            return self._exited.wait_for(ready, timeout)
+        finally:
+            self._waiting -= 1
 
     def now(self) -> list[Holding]:
         with self._lock:
-            return list(self._inside.values())
+            return [_holding(e) for e in self._inside.values()]
 
     def stopped_at_acquire(self, arm: Callable[[Collection[int]], object],
                            workers: Collection[int], timeout: float) -> Holding | None:
@@ -106,7 +126,7 @@ class Holders:
                 found[:] = [h for h in self._stops[seen:] if h.worker in workers]
                 return bool(found)
 
-            self._exited.wait_for(came, timeout)
+            self._wait_for(came, timeout)
             return found[0] if found else None
 
     def next_enter(self, timeout: float,
@@ -119,12 +139,12 @@ class Holders:
 
             def came() -> bool:
                 nonlocal seen
-                new = [h for n, h in self._recent if n > seen]
+                new = [_holding(e) for n, e in self._recent if n > seen]
                 seen = self._enters
                 found[:] = [h for h in new if accept(h)][:1]
                 return bool(found)
 
-            self._exited.wait_for(came, timeout)
+            self._wait_for(came, timeout)
             return found[0] if found else None
 
     def taken_over(self, h: Holding) -> bool:
@@ -137,9 +157,17 @@ class Holders:
         right now), or None if nobody does within `timeout` seconds."""
         with self._lock:
             seen = self._exits
-            if not self._exited.wait_for(lambda: self._exits != seen, timeout):
+            if not self._wait_for(lambda: self._exits != seen, timeout):
                 return None
-            return self._last_exit
+            return None if self._last_exit is None else _holding(self._last_exit)
+
+
+def _holding(e: _Entered) -> Holding:
+    worker, p, key, fence, since, granted, refused = e
+    return Holding(worker=worker, process=int(p if p is not None else -1), key=str(key),
+                   fence=fence, since_ns=since,
+                   granted_by=tuple(str(n) for n in granted or ()),
+                   refused_by=tuple(str(n) for n in refused or ()))
 
 
 def _ident(h: Holding) -> tuple[str, int, int]:

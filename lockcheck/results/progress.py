@@ -26,23 +26,28 @@ class LiveStats:
         self.ops = 0
         self.by_type: dict[str, int] = {}
         self.open: dict[tuple[str, Any], int] = {}  # (key, process) -> enter time
-        self.closed: dict[str, list[tuple[int, int, Any]]] = {}
+        # key -> (ends, (start, process)) of its recent closed sections, by end
+        self.closed: dict[str, tuple[list[int], list[tuple[int, Any]]]] = {}
         self.overlaps = 0
         self.stale_accepted = 0
         self.saves = 0
 
     def observe(self, op: dict[str, Any]) -> None:
+        t, f, key = op.get("type", "?"), op.get("f"), op.get("key")
         with self.lock:
             self.ops += 1
-            t = op.get("type", "?")
             self.by_type[t] = self.by_type.get(t, 0) + 1
-            f, key, p = op.get("f"), op.get("key"), op.get("process")
-            if t == "event" and key is not None:
+            if key is None:
+                return
+            if t == "event":
+                p = op.get("process")
                 if f == "enter":
                     self.open[(key, p)] = int(op.get("time", 0))
-                elif f == "exit" and (key, p) in self.open:
-                    self._close(key, p, self.open.pop((key, p)), int(op.get("time", 0)))
-            elif f == "write" and key is not None and isinstance(op.get("value"), dict):
+                elif f == "exit":
+                    start = self.open.pop((key, p), None)
+                    if start is not None:
+                        self._close(key, p, start, int(op.get("time", 0)))
+            elif f == "write" and isinstance(op.get("value"), dict):
                 v = op["value"]
                 fence, mx = v.get("fence"), v.get("max_fence")
                 if t == "ok" and fence is not None and mx is not None and fence <= mx:
@@ -59,14 +64,18 @@ class LiveStats:
                 self.by_type[t] = self.by_type.get(t, 0) + n
 
     def _close(self, key: str, p: Any, start: int, end: int) -> None:
-        # kept sorted by end, so only the few that end after this one began are looked
-        # at (a scan of all of them, on every exit, was most of the intake's cost)
-        recent = self.closed.setdefault(key, [])
-        later = bisect.bisect_right(recent, start, key=lambda c: c[1])
-        self.overlaps += sum(1 for s, e, q in recent[later:] if q != p and s < end)
-        bisect.insort(recent, (start, end, p), key=lambda c: c[1])
-        if len(recent) > self.RECENT:
-            del recent[0]  # the one that ended first
+        # kept sorted by end (the ends in a list of their own, so that bisect compares
+        # plain ints), so only the few that end after this one began are looked at (a
+        # scan of all of them, on every exit, was most of the intake's cost)
+        ends, recent = self.closed.setdefault(key, ([], []))
+        later = bisect.bisect_right(ends, start)
+        if later < len(ends):
+            self.overlaps += sum(1 for s, q in recent[later:] if q != p and s < end)
+        i = bisect.bisect_right(ends, end)
+        ends.insert(i, end)
+        recent.insert(i, (start, p))
+        if len(ends) > self.RECENT:
+            del ends[0], recent[0]  # the one that ended first
 
     @property
     def violations(self) -> int:

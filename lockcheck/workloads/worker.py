@@ -87,22 +87,25 @@ class WorkerConfig:
 
 
 class Recorder:
-    """Writes ops as JSON lines. A lock, because a client library's own thread may log.
+    """Records ops as JSON lines. A lock, because a client library's own thread may log.
 
-    Lines go out before every sleep (`flush`) and at the start of a round (the `invoke`
-    of an acquire) if a millisecond has passed since they last went; with `prompt` (a
-    fault acts on ops as they arrive: client-pause), every line as it is recorded,
-    whatever its type (an `event` of a critical section is what the fault waits for),
-    so that no line waits in a buffer while the worker waits. Without it, back-to-back
-    rounds of acquire, section and release cost a write to the pipe every millisecond
-    or so instead of six per round (docs/benchmarks.md). A worker killed mid-run loses at
-    most its last millisecond or round: what is recorded is always a prefix of what it
-    did, so what was lost reads as ops cut off (`info`), never as ok.
+    A call takes the time and keeps the op as it is (its value encoded at once unless
+    it is `Encoded`, so a caller's later change to it cannot reach the history); the
+    lines are made and written in bulk when they go out: before every sleep (`flush`)
+    and at the start of a round (the `invoke` of an acquire) if a millisecond has passed
+    since they last went; with `prompt` (a fault acts on ops as they arrive:
+    client-pause), at every op, whatever its type (an `event` of a critical section is
+    what the fault waits for), so that no line waits while the worker waits. So a
+    critical section costs an append per op, not the making of its lines
+    (docs/benchmarks.md, "Harness overhead"), and back-to-back rounds cost a write to the
+    pipe every millisecond or so instead of six per round. A worker killed mid-run loses
+    at most its last millisecond or round: what is recorded is always a prefix of what
+    it did, so what was lost reads as ops cut off (`info`), never as ok.
 
     The layout is fixed, `{"time": T, "process": P, "type": "t", "f": "f", "key": ...,
-    "value": ..., ["error": ...,] "worker": W}`, so that the controller can copy a line
-    without decoding it (`lockcheck/intake.py`); only key, value and error go through
-    the JSON encoder."""
+    "value": ..., ["error": ...,] "worker": W}`, ASCII, so that the controller can copy
+    a line without decoding it (`lockcheck/intake.py`); only key, value and error go
+    through the JSON encoder."""
 
     def __init__(self, out: IO[str], t0_ns: int, worker: int, prompt: bool = True) -> None:
         self.out = out
@@ -112,34 +115,48 @@ class Recorder:
         self.lock = threading.Lock()
         self.broken = False
         self.flushed_ns = 0
+        # (time, process, type, f, key, value as JSON, error), not yet written
+        self.pending: list[tuple[int, Any, str, str, str | None, str, str | None]] = []
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
         t = time.monotonic_ns() - self.t0
-        p = process if type(process) is int else _dumps(process)
-        k = "null" if key is None else _string(key)
-        err = "" if error is None else f', "error": {_string(error)}'
-        v = value if type(value) is Encoded else _dumps(value)
-        line = (f'{{"time": {t}, "process": {p}, "type": "{type_}", "f": "{f}", "key": {k}, '
-                f'"value": {v}{err}, "worker": {self.worker}}}\n')
+        v = value if type(value) is Encoded else "null" if value is None else _dumps(value)
         with self.lock:
-            try:
-                self.out.write(line)
-                if self.prompt or (type_ == "invoke" and f == "acquire"
-                                   and t - self.flushed_ns >= ROUND_FLUSH_NS):
-                    self.out.flush()
-                    self.flushed_ns = t
-            except (BrokenPipeError, ValueError, OSError):
-                self.broken = True  # the controller is gone: stop
+            self.pending.append((t, process, type_, f, key, v, error))
+            if self.prompt or (type_ == "invoke" and f == "acquire"
+                               and t - self.flushed_ns >= ROUND_FLUSH_NS):
+                self._send(t)
 
     def flush(self) -> None:
         """Before the worker waits: everything recorded goes out."""
         with self.lock:
-            try:
-                self.out.flush()
-                self.flushed_ns = time.monotonic_ns() - self.t0
-            except (BrokenPipeError, ValueError, OSError):
-                self.broken = True
+            self._send(time.monotonic_ns() - self.t0)
+
+    def _send(self, now: int) -> None:
+        pending, self.pending = self.pending, []
+        self.flushed_ns = now
+        try:
+            if pending:
+                self.out.write(lines(self.worker, pending))
+            self.out.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.broken = True  # the controller is gone: stop
+
+
+def lines(worker: int, ops: list[tuple[int, Any, str, str, str | None, str, str | None]]
+          ) -> str:
+    """The Recorder's lines for `ops`, in one string."""
+    tail = f', "worker": {worker}}}\n'
+    return "".join([
+        f'{{"time": {t}, "process": {p if type(p) is int else _dumps(p)}, "type": "{ty}", '
+        f'"f": "{f}", "key": {"null" if k is None else _string(k)}, "value": {v}'
+        f'{"" if e is None else _error(e)}{tail}'
+        for t, p, ty, f, k, v, e in ops])
+
+
+def _error(e: str) -> str:
+    return f', "error": {_string(e)}'
 
 
 def _json_encoder() -> Callable[[Any], str]:
@@ -209,11 +226,17 @@ class LeaseValues:
         if base is None:
             if len(self.cache) > 16:
                 self.cache.clear()
-            base = self.cache[lease.token] = _dumps({"fence": lease.fence,
-                                                     "lease": lease.token})
+            fence = lease.fence
+            base = self.cache[lease.token] = (
+                f'{{"fence": {fence}, "lease": {_string(lease.token)}}}'
+                if type(fence) is int else _dumps({"fence": fence, "lease": lease.token}))
         if not extra:
             return Encoded(base)
-        return Encoded(f"{base[:-1]}, {_dumps(extra)[1:]}")
+        # field by field: a string (a section's reason) without the encoder's set-up
+        out = base[:-1]
+        for k, v in extra.items():
+            out += f", {_string(k)}: {_string(v) if type(v) is str else _dumps(v)}"
+        return Encoded(out + "}")
 
 
 def granted_by(lease: Lease) -> dict[str, Any]:

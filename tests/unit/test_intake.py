@@ -36,7 +36,7 @@ def recorded(worker: int, n: int) -> bytes:
 def setup(tmp_path: Path) -> tuple[Intake, HistoryWriter, list[dict[str, Any]]]:
     writer = HistoryWriter(tmp_path / "history.jsonl")
     seen: list[dict[str, Any]] = []
-    intake = Intake(writer, [seen.append], wants=lambda line: '"type": "event"' in line)
+    intake = Intake(writer, [seen.append], wants=[b'"type": "event"'])
     intake.start()
     return intake, writer, seen
 
@@ -118,8 +118,53 @@ def test_lines_are_on_disk_as_they_arrive(tmp_path: Path) -> None:
 
 
 def test_only_whole_lines_in_the_recorder_layout_are_taken() -> None:
-    line = recorded(3, 1).decode().splitlines(keepends=True)[1]
+    line = recorded(3, 1).splitlines(keepends=True)[1]
     assert in_layout(line) and json.loads(line)["worker"] == 3
-    assert not in_layout(line.rstrip("\n"))  # not complete
-    assert not in_layout('{"index": 1, "time": 1}\n')
-    assert not in_layout("hello\n")
+    assert not in_layout(line.rstrip(b"\n"))  # not complete
+    assert not in_layout(b'{"index": 1, "time": 1}\n')
+    assert not in_layout(b"hello\n")
+
+
+def run_through(tmp_path: Path, data: bytes,
+                count: dict[str, int] | None = None) -> tuple[Any, list[dict[str, Any]]]:
+    """`data` through an intake in one piece; the source, and what the observer saw."""
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    seen: list[dict[str, Any]] = []
+
+    def counted(by_type: dict[str, int]) -> None:
+        for t, n in by_type.items():
+            assert count is not None
+            count[t] = count.get(t, 0) + n
+
+    intake = Intake(writer, [seen.append], wants=[b'"type": "event"'],
+                    count=counted if count is not None else None)
+    intake.start()
+    fd, t = feed(data, [])
+    src = intake.add("w0", os.fdopen(fd, "rb"))
+    t.join()
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+    return src, seen
+
+
+def test_a_wanted_line_that_is_not_json_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
+    good = recorded(0, 2)
+    broken = b'{"time": 7, "process": 0, "type": "event", "f": "enter", "key": oops}\n'
+    src, seen = run_through(tmp_path, good[:len(good) // 2] + broken + good[len(good) // 2:])
+    assert src.bad_lines == 1
+    ops = read_history(tmp_path / "history.jsonl")
+    assert [o.index for o in ops] == list(range(8)) and len(seen) == 4
+    assert [o["index"] for o in seen] == [o.index for o in ops if o.type == "event"]
+
+
+def test_a_line_that_is_not_ascii_is_dropped(tmp_path: Path) -> None:
+    odd = '{"time": 7, "process": 0, "type": "ok", "f": "acquire", "key": "é"}\n'.encode()
+    src, _ = run_through(tmp_path, recorded(0, 1) + odd + recorded(0, 1))
+    assert src.bad_lines == 1 and len(read_history(tmp_path / "history.jsonl")) == 8
+
+
+def test_the_lines_not_read_whole_are_counted_by_type(tmp_path: Path) -> None:
+    count: dict[str, int] = {}
+    _, seen = run_through(tmp_path, recorded(0, 5), count)
+    assert count == {"invoke": 5, "ok": 5} and len(seen) == 10

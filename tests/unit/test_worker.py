@@ -18,8 +18,11 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lockcheck.history import Op, op_from_json, validate_processes
+from lockcheck.intake import in_layout
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner, lease_deadline
 from lockcheck.workloads import fenced, mutex
 from lockcheck.workloads.worker import CriticalSection, Recorder, Worker, WorkerConfig
@@ -356,3 +359,51 @@ def test_without_prompt_lines_wait_for_a_flush(pipe: tuple[int, IO[str]]) -> Non
     assert readable(r) == b""
     rec.flush()
     assert [json.loads(x)["type"] for x in readable(r).splitlines()] == ["ok", "event"]
+
+
+def test_a_value_changed_after_the_call_is_recorded_as_it_was(
+        pipe: tuple[int, IO[str]]) -> None:
+    """Lines are made when they go out; the value is taken when the op is recorded."""
+    r, out = pipe
+    rec = Recorder(out, time.monotonic_ns(), 0, prompt=False)
+    value = {"fence": 1, "seq": [1]}
+    rec(0, "invoke", "write", "k0", value)
+    value["fence"] = 2
+    value["seq"].append(2)  # type: ignore[attr-defined]
+    rec.flush()
+    assert json.loads(readable(r))["value"] == {"fence": 1, "seq": [1]}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                max_size=3),
+    max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6) | st.sampled_from(["nemesis"]),
+                          st.sampled_from(["invoke", "ok", "fail", "info", "event"]),
+                          st.sampled_from(["acquire", "release", "write", "enter"]),
+                          st.none() | st.text(max_size=8), json_values,
+                          st.none() | st.text(max_size=12)), max_size=6),
+       st.integers(0, 40))
+def test_lines_are_the_ops_in_the_layout(ops: list[tuple[Any, str, str, str | None, Any,
+                                                         str | None]],
+                                         worker: int) -> None:
+    """Each op is one ASCII line in the layout the intake copies without decoding, and
+    decodes to the op's fields in the documented order."""
+    buf = io.StringIO()
+    rec = Recorder(buf, 0, worker, prompt=False)
+    for p, type_, f, key, value, error in ops:
+        rec(p, type_, f, key, value, error)
+    rec.flush()
+    lines = buf.getvalue().encode().splitlines(keepends=True)
+    assert len(lines) == len(ops)
+    for line, (p, type_, f, key, value, error) in zip(lines, ops, strict=True):
+        assert in_layout(line)
+        got = json.loads(line)
+        want = {"time": got["time"], "process": p, "type": type_, "f": f, "key": key,
+                "value": value, **({} if error is None else {"error": error}),
+                "worker": worker}
+        assert list(got) == list(want) and got == want
