@@ -79,7 +79,11 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 workers.append(WorkerHandle(i, host.name, d, intake))
             cpu0 = time.process_time()
-            time.sleep(a.seconds)
+            pids = {"workers": [w.daemon.pid for w in workers],
+                    "redis-server": [s.daemon.pid for s in db.servers.values()
+                                     if s.daemon is not None],
+                    "controller": [os.getpid()]}
+            ticks = cpu_by_phase(pids, t0, a.phase, time.monotonic_ns() + int(a.seconds * 1e9))
             cpu = time.process_time() - cpu0
             for w in workers:
                 w.ask_to_stop()
@@ -109,7 +113,36 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                 p = int(b) * BUCKET_NS // phase_ns
                 counts[p] = counts.get(p, 0) + n
     return {"per_phase": per_phase, "busy": busy, "history_lines": lines,
-            "controller_cpu_s": cpu}
+            "controller_cpu_s": cpu, "ticks": ticks}
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (all its threads), in clock ticks; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_by_phase(pids: dict[str, list[int]], t0: int, phase_s: float,
+                 until_ns: int) -> dict[str, dict[int, int]]:
+    """Sleep until `until_ns`, reading each class's CPU ticks at every phase boundary:
+    class -> phase -> ticks spent in it."""
+    phase_ns = int(phase_s * 1e9)
+    out: dict[str, dict[int, int]] = {c: {} for c in pids}
+    last = {c: sum(cpu_ticks(p) for p in ps) for c, ps in pids.items()}
+    p = (time.monotonic_ns() - t0) // phase_ns
+    while True:
+        edge = t0 + (p + 1) * phase_ns
+        if edge > until_ns:
+            time.sleep(max(0.0, (until_ns - time.monotonic_ns()) / 1e9))
+            return out
+        time.sleep(max(0.0, (edge - time.monotonic_ns()) / 1e9))
+        for c, ps in pids.items():
+            now = sum(cpu_ticks(q) for q in ps)
+            out[c][p], last[c] = now - last[c], now
+        p += 1
 
 
 def main() -> int:
@@ -148,6 +181,16 @@ def main() -> int:
           f"{contention['recorded']:.2f}")
     print(f"history: {m['history_lines']} lines; controller CPU {m['controller_cpu_s']:.1f} s "
           f"in {a.seconds:g} s")
+    # CPU per ok acquire, from each class's ticks in the phases counted above (less noisy
+    # than the rates when other work shares the machine)
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+    for mode, odd in (("bare", 0), ("recorded", 1)):
+        phases = [p for p in rate if p % 2 == odd]
+        oks = sum(m["per_phase"].get(p, 0) for p in phases)
+        per = {c: tick_us * sum(t.get(p, 0) for p in phases) / max(1, oks)
+               for c, t in m["ticks"].items()}
+        print(f"CPU per ok acquire, {mode}: " + ", ".join(f"{c} {us:.0f} us"
+                                                          for c, us in per.items()))
     print(f"load average after: {loadavg()}")
     return 0
 

@@ -7,7 +7,7 @@ does no work per line that C does not do for it: that every line of a block is i
 layout is three counts and an ASCII test over the block; the lines observers want are
 found by substring search; the rest are counted by type with `bytes.count`. The writer
 then gives each line its `index` (`HistoryWriter.append_block`), one write and one
-flush per wake-up; a wake-up first waits `gather_s` (2 ms) for the other workers'
+flush per wake-up; a wake-up first waits `gather_s` (5 ms) for the other workers'
 lines, unless a fault acts on ops the moment they arrive (`NemesisKind.prompt`:
 client-pause). So the history is still written as the run goes and is readable after a
 crash up to the last complete line, at a small part of the cost of decoding each line
@@ -37,10 +37,11 @@ from lockcheck.history import HistoryWriter
 
 Observer = Callable[[dict[str, Any]], None]
 CHUNK = 1 << 16
-# how long a wake-up waits for more workers' lines: ten workers' writes then cost a few
-# hundred wake-ups a second instead of thousands (each one a chance for the scheduler to
-# preempt a worker inside its critical section, which costs the others a backoff)
-GATHER_S = 0.002
+# how long a wake-up waits for more workers' lines: ten workers' writes then cost at most
+# 200 wake-ups a second instead of thousands (each one a chance for the scheduler to
+# preempt a worker inside its critical section, which costs the others a backoff, and
+# about 75 us of the controller's CPU); a fault aimed at a holder sees it that much later
+GATHER_S = 0.005
 _HEAD, _NEXT, _TAIL = b'{"time": ', b'\n{"time": ', b"}\n"
 TYPES = ("invoke", "ok", "fail", "info", "event")
 # a line's type as the layout writes it, between process and f: a value would have to

@@ -120,7 +120,11 @@ class Recorder:
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
-        t = time.monotonic_ns() - self.t0
+        self.record(time.monotonic_ns() - self.t0, process, type_, f, key, value, error)
+
+    def record(self, t: int, process: int, type_: str, f: str, key: str | None, value: Any,
+               error: str | None) -> None:
+        """The op, at `t` ns since the start mark."""
         v = value if type(value) is Encoded else "null" if value is None else _dumps(value)
         with self.lock:
             self.pending.append((t, process, type_, f, key, v, error))
@@ -204,7 +208,7 @@ class AlternatingRecorder(Recorder):
                  error: str | None = None) -> None:
         since = time.monotonic_ns() - self.t0
         if since // self.phase_ns % 2:
-            super().__call__(process, type_, f, key, value, error)
+            self.record(since, process, type_, f, key, value, error)
         elif f == "acquire" and type_ in ("ok", "fail"):
             counts = self.acquires if type_ == "ok" else self.busy
             b = since // self.BUCKET_NS
