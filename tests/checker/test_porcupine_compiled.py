@@ -129,9 +129,7 @@ def _native_off(model: Model[Any, Any, Any], history: Sequence[Operation]) -> No
         assert a == b
 
 
-@SETTINGS
-@given(st.randoms(use_true_random=False))
-def test_random_kv_histories_native_step(rng: random.Random) -> None:
+def _random_kv_ops(rng: random.Random) -> list[Operation]:
     ops = []
     for i in range(rng.randint(1, 14)):
         call = rng.randint(0, 40)
@@ -143,8 +141,79 @@ def test_random_kv_histories_native_step(rng: random.Random) -> None:
         if f == "get" and ret != math.inf:
             out = rng.choice(["", "x", "y", "xy", "yx", "xx"])
         ops.append(Operation(i % 4, (f, key, value), call, out, ret))
+    return ops
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_random_kv_histories_native_step(rng: random.Random) -> None:
+    ops = _random_kv_ops(rng)
     both(kv(), ops)
     _native_off(kv(), ops)
+
+
+def _kv_execution(rng: random.Random) -> list[Operation]:
+    """One key's ops as a real store would give them (each takes effect at a moment
+    between its call and its return), some gets' outputs then garbled, some ops
+    crashed: mostly linearizable, with near misses."""
+    steps = []
+    for i in range(rng.randint(1, 14)):
+        call = rng.uniform(0, 20)
+        at = call + rng.uniform(0, 6)
+        f = rng.choice(["get", "get", "put", "append", "append", "append"])
+        value = None if f == "get" else rng.choice(["a", "b", "ab", "", "ba"])
+        steps.append((at, i, f, value, call, at + rng.uniform(0, 6)))
+    state = ""
+    ops = []
+    for _, i, f, value, call, ret in sorted(steps):
+        out = state if f == "get" else None
+        if f == "get" and rng.random() < 0.15:
+            out = rng.choice(["a", "ab", "b", "", "aab", "ba"])
+        state = value if f == "put" else state + value if f == "append" else state
+        if rng.random() < 0.1:
+            ret, out = math.inf, None
+        ops.append(Operation(i % 5, (f, "k", value), call, out, ret))
+    return ops
+
+
+def _threads_search(part: checker._Part | checker._CPart, timeout: float = -1.0) -> Any:
+    """The search as the plain check runs it (`run_all`, which leaves out configurations
+    it proves to fail): (code, linearization), or None if unfinished."""
+    search = checker._new_search(part)
+    assert search.pure
+    (out,), _, _ = checker._csearch.run_all([search], timeout, 1)
+    return out and out[:2]
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_threads_leave_out_only_configurations_that_fail(rng: random.Random) -> None:
+    # a get that no put can precede any more reads the state followed by appends: the
+    # threads drop configurations whose state is no prefix of its output; the verdict
+    # and the linearization found are still the Python search's
+    model = kv()
+    for ops in (_kv_execution(rng), _kv_execution(rng), _random_kv_ops(rng)):
+        for part in checker._split_operations(model, ops):
+            prepared = checker._prepare(model, part)
+            if prepared.need:
+                verdict, lin, _ = _drive(checker._search(prepared, False, {}))
+                assert _threads_search(prepared) == (int(verdict is not checker._OK), lin)
+
+
+@pytest.mark.parametrize("name", ["c01-ok", "c01-bad", "c10-ok", "c10-bad", "c50-ok",
+                                  "c50-bad"])
+def test_threads_like_the_search_on_the_kv_corpus(name: str) -> None:
+    if not (PORCUPINE / "expected.json").exists():
+        pytest.skip(NO_PORCUPINE)
+    cparts = checker._event_parts(kv(), parse_kv_log(PORCUPINE / f"kv/{name}.txt"))
+    assert cparts is not None
+    compared = 0
+    for part in cparts:
+        want = _drive(checker._compiled_search(part))
+        if want != "unfinished":  # c50-bad has partitions that never end
+            assert _threads_search(part, 20.0) == (int(want[0] is not checker._OK), want[1])
+            compared += 1
+    assert compared >= 5
 
 
 def test_native_kv_step_leaves_odd_ops_to_python() -> None:

@@ -15,7 +15,10 @@
  * For the kv model's step on strings (models._kv_value_step) the states are UTF-8
  * bytes interned here instead ("pure mode", see setup_pure): then the search touches
  * no Python object, and run_all() searches several partitions on threads without the
- * GIL, stopping all at the first illegal one.
+ * GIL, stopping all at the first illegal one. There the search also leaves out the
+ * configurations that dead() proves to fail (a get that no put can precede any more
+ * must read the state followed by appends): the same verdict and linearization, found
+ * without searching the orders of appends that a later read already rules out.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +37,18 @@ typedef struct {
     uint64_t h;
 } Frame;
 
+/* A hash table's slot: key and value side by side, so that a probe misses the cache
+ * once (the tables are the search's memory; a fresh process pays for every page) */
+typedef struct {
+    uint64_t key;
+    int32_t val;
+} TSlot;
+
+typedef struct {
+    uint64_t hash;
+    size_t off; /* the record's offset in the arena */
+} CSlot;
+
 typedef struct {
     PyObject_HEAD
     int32_t n;  /* entries, head 0 and tail n-1 included */
@@ -43,14 +58,13 @@ typedef struct {
     PyObject *inputs, *outputs, *step, *ids, *states, *unknown;
     int native; /* NATIVE_*: a step of models.py done here, without calling Python */
     /* memo of transitions: key (entry << 32 | state) -> next state id or ILL */
-    uint64_t *tkeys;
-    int32_t *tvals;
+    TSlot *trans;
     size_t tcap, tcount;
     /* configurations */
     uint64_t *zreq, *zcr, *lin, *cr;
     int32_t n_req, n_cr, need;
-    uint64_t *chash;
-    size_t *coff, ccap, ccount;
+    CSlot *cslots; /* off SIZE_MAX where empty */
+    size_t ccap, ccount;
     uint64_t *arena;
     size_t asize, acap;
     Frame *stack;
@@ -62,6 +76,10 @@ typedef struct {
      * that the search touches no Python object and can run without the GIL */
     int pure, nomem, busy;
     int outcome; /* when finished: 1 linearizable, 2 not */
+    int prune;   /* pure mode: leave out configurations that dead() proves fail */
+    int32_t *callof; /* pure mode, return entries: their call entry */
+    uint64_t **pfx;  /* pure mode, per leaf state id: its prefix hashes, or NULL */
+    int32_t npfx;
     uint8_t *kind;  /* call entries: KIND_* */
     int32_t *arg;   /* get: the output's state id, NONE if unknown; put/append: the value's */
     char *sbuf;     /* the interned strings' bytes */
@@ -100,13 +118,16 @@ static uint64_t mix(uint64_t h, int32_t state) {
 static void Search_dealloc(Search *s) {
     PyMem_RawFree(s->nxt); PyMem_RawFree(s->prv); PyMem_RawFree(s->match); PyMem_RawFree(s->opi);
     PyMem_RawFree(s->rid); PyMem_RawFree(s->cid); PyMem_RawFree(s->rv); PyMem_RawFree(s->iscall);
-    PyMem_RawFree(s->ro); PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals); PyMem_RawFree(s->zreq);
-    PyMem_RawFree(s->zcr); PyMem_RawFree(s->lin); PyMem_RawFree(s->cr); PyMem_RawFree(s->chash);
-    PyMem_RawFree(s->coff); PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
+    PyMem_RawFree(s->ro); PyMem_RawFree(s->trans); PyMem_RawFree(s->zreq);
+    PyMem_RawFree(s->zcr); PyMem_RawFree(s->lin); PyMem_RawFree(s->cr); PyMem_RawFree(s->cslots);
+    PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
     PyMem_RawFree(s->kind); PyMem_RawFree(s->arg); PyMem_RawFree(s->sbuf);
     PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
     PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
     PyMem_RawFree(s->scratch);
+    for (int32_t i = 0; s->pfx != NULL && i < s->npfx; i++)
+        PyMem_RawFree(s->pfx[i]);
+    PyMem_RawFree(s->pfx); PyMem_RawFree(s->callof);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -133,7 +154,7 @@ static int32_t intern(Search *s, PyObject *state) {
 /* --- pure mode: interned UTF-8 strings --- */
 
 static int grow_strtab(Search *s) {
-    size_t cap = s->stcap ? s->stcap * 2 : 1024;
+    size_t cap = s->stcap ? s->stcap * 2 : 256;
     int32_t *tab = PyMem_RawMalloc(cap * sizeof(int32_t));
     if (tab == NULL) {
         s->nomem = 1;
@@ -300,26 +321,24 @@ static int32_t intern_concat(Search *s, int32_t state, int32_t v) {
 }
 
 static int grow_transitions(Search *s) {
-    size_t cap = s->tcap ? s->tcap * 2 : 1024;
-    uint64_t *keys = PyMem_RawMalloc(cap * sizeof(uint64_t));
-    int32_t *vals = PyMem_RawMalloc(cap * sizeof(int32_t));
-    if (keys == NULL || vals == NULL) {
-        PyMem_RawFree(keys); PyMem_RawFree(vals);
+    size_t cap = s->tcap ? s->tcap * 2 : 256;
+    TSlot *t = PyMem_RawMalloc(cap * sizeof(TSlot));
+    if (t == NULL) {
         s->nomem = 1;
         return -1;
     }
-    memset(keys, 0xff, cap * sizeof(uint64_t));
+    for (size_t i = 0; i < cap; i++)
+        t[i].key = UINT64_MAX;
     for (size_t i = 0; i < s->tcap; i++) {
-        if (s->tkeys[i] == UINT64_MAX)
+        if (s->trans[i].key == UINT64_MAX)
             continue;
-        size_t j = (size_t)mix(s->tkeys[i], 0) & (cap - 1);
-        while (keys[j] != UINT64_MAX)
+        size_t j = (size_t)mix(s->trans[i].key, 0) & (cap - 1);
+        while (t[j].key != UINT64_MAX)
             j = (j + 1) & (cap - 1);
-        keys[j] = s->tkeys[i];
-        vals[j] = s->tvals[i];
+        t[j] = s->trans[i];
     }
-    PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals);
-    s->tkeys = keys; s->tvals = vals; s->tcap = cap;
+    PyMem_RawFree(s->trans);
+    s->trans = t; s->tcap = cap;
     return 0;
 }
 
@@ -414,9 +433,9 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
     uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
     size_t mask = s->tcap - 1;
     size_t j = (size_t)mix(key, 0) & mask;
-    while (s->tkeys[j] != UINT64_MAX) {
-        if (s->tkeys[j] == key)
-            return s->tvals[j];
+    while (s->trans[j].key != UINT64_MAX) {
+        if (s->trans[j].key == key)
+            return s->trans[j].val;
         j = (j + 1) & mask;
     }
     int32_t next = s->pure ? intern_concat(s, state, s->arg[e]) : py_transition(s, e, state);
@@ -427,11 +446,11 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
             return -3;
         mask = s->tcap - 1;
         j = (size_t)mix(key, 0) & mask;
-        while (s->tkeys[j] != UINT64_MAX)
+        while (s->trans[j].key != UINT64_MAX)
             j = (j + 1) & mask;
     }
-    s->tkeys[j] = key;
-    s->tvals[j] = next;
+    s->trans[j].key = key;
+    s->trans[j].val = next;
     s->tcount++;
     return next;
 }
@@ -456,27 +475,24 @@ static int same(Search *s, size_t off, int32_t state) {
 }
 
 static int grow_cache(Search *s) {
-    size_t cap = s->ccap ? s->ccap * 2 : 4096;
-    uint64_t *hs = PyMem_RawMalloc(cap * sizeof(uint64_t));
-    size_t *offs = PyMem_RawMalloc(cap * sizeof(size_t));
-    if (hs == NULL || offs == NULL) {
-        PyMem_RawFree(hs); PyMem_RawFree(offs);
+    size_t cap = s->ccap ? s->ccap * 2 : 256;
+    CSlot *t = PyMem_RawMalloc(cap * sizeof(CSlot));
+    if (t == NULL) {
         s->nomem = 1;
         return -1;
     }
     for (size_t i = 0; i < cap; i++)
-        offs[i] = SIZE_MAX;
+        t[i].off = SIZE_MAX;
     for (size_t i = 0; i < s->ccap; i++) {
-        if (s->coff[i] == SIZE_MAX)
+        if (s->cslots[i].off == SIZE_MAX)
             continue;
-        size_t j = (size_t)s->chash[i] & (cap - 1);
-        while (offs[j] != SIZE_MAX)
+        size_t j = (size_t)s->cslots[i].hash & (cap - 1);
+        while (t[j].off != SIZE_MAX)
             j = (j + 1) & (cap - 1);
-        hs[j] = s->chash[i];
-        offs[j] = s->coff[i];
+        t[j] = s->cslots[i];
     }
-    PyMem_RawFree(s->chash); PyMem_RawFree(s->coff);
-    s->chash = hs; s->coff = offs; s->ccap = cap;
+    PyMem_RawFree(s->cslots);
+    s->cslots = t; s->ccap = cap;
     return 0;
 }
 
@@ -486,8 +502,8 @@ static int cached(Search *s, int32_t state, int add) {
     uint64_t key = mix(s->h, state);
     size_t mask = s->ccap - 1;
     size_t j = (size_t)key & mask;
-    while (s->coff[j] != SIZE_MAX) {
-        if (s->chash[j] == key && same(s, s->coff[j], state))
+    while (s->cslots[j].off != SIZE_MAX) {
+        if (s->cslots[j].hash == key && same(s, s->cslots[j].off, state))
             return 1;
         j = (j + 1) & mask;
     }
@@ -497,7 +513,7 @@ static int cached(Search *s, int32_t state, int add) {
     runs(s, &lw0, &nlw, &ncw);
     size_t need = 2 + (size_t)nlw + (size_t)ncw;
     if (s->asize + need > s->acap) {
-        size_t cap = s->acap ? s->acap * 2 : 1 << 12;
+        size_t cap = s->acap ? s->acap * 2 : 1 << 9;
         while (cap < s->asize + need)
             cap *= 2;
         uint64_t *a = PyMem_RawRealloc(s->arena, cap * sizeof(uint64_t));
@@ -518,11 +534,11 @@ static int cached(Search *s, int32_t state, int add) {
             return -1;
         mask = s->ccap - 1;
         j = (size_t)key & mask;
-        while (s->coff[j] != SIZE_MAX)
+        while (s->cslots[j].off != SIZE_MAX)
             j = (j + 1) & mask;
     }
-    s->chash[j] = key;
-    s->coff[j] = s->asize;
+    s->cslots[j].hash = key;
+    s->cslots[j].off = s->asize;
     s->asize += need;
     s->ccount++;
     return 0;
@@ -588,6 +604,58 @@ static inline void unlink_op(Search *s, int32_t x) {
     s->nxt[p] = q; s->prv[q] = p;
 }
 
+static inline void relink_op(Search *s, int32_t x) { /* unlink_op undone */
+    int32_t r = s->match[x];
+    s->nxt[s->prv[r]] = r; s->prv[s->nxt[r]] = r;
+    s->nxt[s->prv[x]] = x; s->prv[s->nxt[x]] = x;
+}
+
+/* Could the state `st` be a prefix of the get output `v` (a leaf)? 0 only when it is
+ * surely not: longer, or its hash differs from that of v's first sln[st] bytes (equal
+ * strings hash the same; equal hashes may still differ, then 1). */
+static int may_prefix(Search *s, int32_t st, int32_t v) {
+    size_t n = (size_t)s->sln[st];
+    if (n > (size_t)s->sln[v])
+        return 0;
+    if (n == 0)
+        return 1;
+    uint64_t *ph = s->pfx[v];
+    if (ph == NULL) { /* v's prefix hashes, made when first needed */
+        size_t len = (size_t)s->sln[v];
+        ph = PyMem_RawMalloc((len + 1) * sizeof(uint64_t));
+        if (ph == NULL)
+            return 1; /* no memory: no pruning */
+        const uint8_t *b = (const uint8_t *)s->sbuf + s->soff[v];
+        ph[0] = 0;
+        for (size_t i = 0; i < len; i++)
+            ph[i + 1] = ph[i] * BASE + b[i];
+        s->pfx[v] = ph;
+    }
+    return ph[n] == s->shv[st];
+}
+
+/* Pure mode, with the list of entries as for the configuration about to be pushed (its
+ * op unlinked) and `st` its state: is that configuration sure to fail? It is when some
+ * get G not linearized yet, with a known output v, returned before every put not
+ * linearized yet was called: then no put can come before G, only appends, so G's state
+ * will be st followed by appended values, and st must be a prefix of v. The list holds
+ * the entries not linearized in time order: its first put call is the earliest, and
+ * the gets' returns before it are the Gs. */
+static int dead(Search *s, int32_t st) {
+    int32_t *nxt = s->nxt;
+    for (int32_t x = nxt[0]; x != s->tail; x = nxt[x]) {
+        if (s->iscall[x]) {
+            if (s->kind[x] == KIND_PUT)
+                return 0;
+            continue;
+        }
+        int32_t c = s->callof[x];
+        if (s->kind[c] == KIND_GET && s->arg[c] != NONE && !may_prefix(s, st, s->arg[c]))
+            return 1;
+    }
+    return 0;
+}
+
 /* the outcome of a finished search: (code, linearization or None, cache entries) */
 static PyObject *finish(Search *s, int code) {
     PyObject *lin = Py_None;
@@ -613,10 +681,15 @@ static int try_push(Search *s, int32_t x, int32_t ns, int forced) {
         unmark(s, x, low, hi, chi, h);
         return c < 0 ? -1 : 0;
     }
+    unlink_op(s, x);
+    if (s->prune && dead(s, ns)) { /* failed like a cached one (and it stays cached) */
+        relink_op(s, x);
+        unmark(s, x, low, hi, chi, h);
+        return 0;
+    }
     if (push(s, x, s->state, forced, low, hi, chi, h) < 0)
         return -1;
     s->state = ns;
-    unlink_op(s, x);
     return 1;
 }
 
@@ -815,6 +888,18 @@ static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *
             s->rv[i] = id;
         }
     }
+    s->callof = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->pfx = PyMem_RawCalloc((size_t)s->nstr + 1, sizeof(uint64_t *));
+    if (s->callof == NULL || s->pfx == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->npfx = s->nstr; /* the leaves: every get's output is one */
+    for (int32_t i = 0; i < n; i++)
+        s->callof[i] = NONE;
+    for (int32_t i = 0; i < n; i++)
+        if (s->iscall[i])
+            s->callof[s->match[i]] = i;
     return 1;
 fail:
     if (id == -3) {
@@ -1097,6 +1182,7 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
         Search *x = (Search *)PyList_GET_ITEM(list, i);
         Py_INCREF(x);
         x->busy = 1;
+        x->prune = 1;
         p.s[i] = x;
         p.budget[i] = 64;
         taken++;

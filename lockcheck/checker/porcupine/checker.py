@@ -31,7 +31,8 @@ are checked between slices. The cache cap
 bounds the total number of memoized configurations over all partitions. When every
 partition's compiled search is pure C (no Python object in its states: the kv model on
 strings) and there is no cache cap, the plain check runs them on all cores instead
-(`_run_threads`): the verdict is the same, only found sooner.
+(`_run_threads`), leaving out configurations that a get no put can precede any
+more rules out (see `_csearch.c`): the verdict is the same, only found sooner.
 
 The same search is compiled from ``_csearch.c`` when the install had a C compiler
 (`COMPILED`); the plain check uses it, verbose mode (partial linearizations) always
