@@ -239,9 +239,11 @@ def test_partition_events_keeps_calls_with_returns() -> None:
 
 
 def _hard_key(n: int, key: str = "hard") -> list[Operation]:
-    """n concurrent appends and a read no order can produce: factorial search."""
+    """n concurrent appends and a read no order can produce: factorial search (the put
+    alongside keeps the read from ruling an order out before the put is placed)."""
     ops = [kvop(i, 0, 100, "append", key, f"<{i}>") for i in range(n)]
     ops.append(kvop(n, 0, 100, "get", key, None, "never"))
+    ops.append(kvop(n + 1, 0, 100, "put", key, "p"))
     return ops
 
 

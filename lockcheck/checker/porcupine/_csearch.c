@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -258,6 +259,25 @@ static int32_t add_state(Search *s, size_t j, size_t len, uint64_t h, uint64_t p
     return id;
 }
 
+/* The polynomial hash of n bytes (h = h * BASE + byte, from 0) and BASE^n; four
+ * bytes a turn, so that the multiplications do not wait on each other. */
+static void poly_hash(const uint8_t *b, size_t n, uint64_t *hp, uint64_t *pwp) {
+    const uint64_t b2 = BASE * BASE, b3 = b2 * BASE, b4 = b3 * BASE;
+    uint64_t h = 0, pw = 1;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        h = h * b4 + (uint64_t)b[i] * b3 + (uint64_t)b[i + 1] * b2 + (uint64_t)b[i + 2] * BASE +
+            b[i + 3];
+        pw *= b4;
+    }
+    for (; i < n; i++) {
+        h = h * BASE + b[i];
+        pw *= BASE;
+    }
+    *hp = h;
+    *pwp = pw;
+}
+
 /* the id of a Python str, interned as a leaf (its bytes kept); -1 if it is no exact str
  * or has no UTF-8 form (then pure mode does not apply), -3 when out of memory. Only
  * before the search, when every state is a leaf. */
@@ -270,11 +290,8 @@ static int32_t intern_str(Search *s, PyObject *o) {
         PyErr_Clear();
         return -1;
     }
-    uint64_t h = 0, pw = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        h = h * BASE + (uint8_t)b[i];
-        pw *= BASE;
-    }
+    uint64_t h, pw;
+    poly_hash((const uint8_t *)b, (size_t)n, &h, &pw);
     size_t mask = s->stcap - 1;
     size_t j = (size_t)mix(h, 0) & mask;
     for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask)
@@ -835,17 +852,42 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
  * an exact str: the initial state, the values put and appended, the outputs of gets and
  * the read values. 1 if it applies (states, rv and the per-entry kind/arg set up), 0 if
  * not, -1 on error (set). */
-static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *rv,
-                      PyObject *init, PyObject *unknown) {
-    int32_t n = s->n;
-    s->kind = PyMem_RawCalloc((size_t)n, 1);
-    s->arg = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+/* Pure mode's own arrays and an empty string table: 0, or -1 (set) out of memory. */
+static int pure_tables(Search *s) {
+    s->kind = PyMem_RawCalloc((size_t)s->n, 1);
+    s->arg = PyMem_RawMalloc((size_t)s->n * sizeof(int32_t));
     s->sbuf = PyMem_RawMalloc(1 << 12);
     s->sbcap = 1 << 12;
     if (s->kind == NULL || s->arg == NULL || s->sbuf == NULL || grow_strtab(s) < 0) {
         PyErr_NoMemory();
         return -1;
     }
+    return 0;
+}
+
+/* Pure mode, once every leaf is interned: what dead() needs. 0, or -1 (set). */
+static int setup_prune(Search *s) {
+    int32_t n = s->n;
+    s->callof = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->pfx = PyMem_RawCalloc((size_t)s->nstr + 1, sizeof(uint64_t *));
+    if (s->callof == NULL || s->pfx == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->npfx = s->nstr; /* the leaves: every get's output is one */
+    for (int32_t i = 0; i < n; i++)
+        s->callof[i] = NONE;
+    for (int32_t i = 0; i < n; i++)
+        if (s->iscall[i])
+            s->callof[s->match[i]] = i;
+    return 0;
+}
+
+static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *rv,
+                      PyObject *init, PyObject *unknown) {
+    int32_t n = s->n;
+    if (pure_tables(s) < 0)
+        return -1;
     int32_t id = intern_str(s, init);
     if (id < 0)
         goto fail;
@@ -888,19 +930,7 @@ static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *
             s->rv[i] = id;
         }
     }
-    s->callof = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
-    s->pfx = PyMem_RawCalloc((size_t)s->nstr + 1, sizeof(uint64_t *));
-    if (s->callof == NULL || s->pfx == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    s->npfx = s->nstr; /* the leaves: every get's output is one */
-    for (int32_t i = 0; i < n; i++)
-        s->callof[i] = NONE;
-    for (int32_t i = 0; i < n; i++)
-        if (s->iscall[i])
-            s->callof[s->match[i]] = i;
-    return 1;
+    return setup_prune(s) < 0 ? -1 : 1;
 fail:
     if (id == -3) {
         PyErr_NoMemory();
@@ -925,6 +955,8 @@ static int fill(PyObject *seq, int32_t *out, Py_ssize_t n, const char *what) {
 
 /* Search(match, opi, rid, cid, ro, rv, inputs, outputs, step, init, unknown[, native])
  * native: 0, or NATIVE_KV when step is models._kv_value_step */
+static int setup_configs(Search *s);
+
 static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     PyObject *match, *opi, *rid, *cid, *ro, *rv, *inputs, *outputs, *step, *init, *unknown;
     int native = NATIVE_NONE;
@@ -988,19 +1020,27 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
         if (s->state < 0)
             return -1;
     }
-    s->has_ro = 0;
-    int32_t n_req = 0, n_cr = 0, need = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        s->has_ro |= s->ro[i];
+    for (Py_ssize_t i = 0; !s->pure && i < n; i++) {
         PyObject *v = PyList_GET_ITEM(rv, i);
-        if (!s->pure)
-            s->rv[i] = NONE;
-        if (!s->pure && s->ro[i] && v != unknown) {
+        s->rv[i] = NONE;
+        if (s->ro[i] && v != unknown) {
             int32_t id = intern(s, v);
             if (id < 0)
                 return -1;
             s->rv[i] = id;
         }
+    }
+    return setup_configs(s);
+}
+
+/* The rest of a search's set-up, from its entries (iscall, ro, rid, cid, nxt): the
+ * bitsets of linearized ops, their hashes, the tables, the first entry. 0, or -1. */
+static int setup_configs(Search *s) {
+    int32_t n = s->n;
+    s->has_ro = 0;
+    int32_t n_req = 0, n_cr = 0, need = 0;
+    for (int32_t i = 0; i < n; i++) {
+        s->has_ro |= s->ro[i];
         if (s->iscall[i]) {
             if (s->rid[i] >= 0) {
                 n_req = s->rid[i] + 1 > n_req ? s->rid[i] + 1 : n_req;
@@ -1069,6 +1109,286 @@ static PyTypeObject SearchType = {
     .tp_methods = Search_methods,
     .tp_getset = Search_getset,
 };
+
+/* --- kv_searches: a kv history's partitions as pure searches, made in one pass --- */
+
+static PyObject *str_kind, *str_id, *str_value; /* attribute names, interned */
+
+/* Where an event type keeps its kind, id and value: the offsets of its slots, read
+ * without a lookup per event (0: look the attribute up) */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t off[3];
+} EventSlots;
+
+static void event_slots(EventSlots *es, PyTypeObject *type) {
+    PyObject *names[3] = {str_kind, str_id, str_value};
+    es->type = type;
+    for (int i = 0; i < 3; i++) {
+        es->off[i] = 0;
+        if (type->tp_getattro != PyObject_GenericGetAttr)
+            continue;
+        PyObject *d = _PyType_Lookup(type, names[i]); /* borrowed */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX)
+                es->off[i] = m->offset;
+        }
+    }
+}
+
+/* Attribute i of event ev: a new reference, or NULL (set). */
+static PyObject *event_attr(EventSlots *es, PyObject *ev, int i) {
+    static PyObject **names[3] = {&str_kind, &str_id, &str_value};
+    if (Py_TYPE(ev) != es->type)
+        event_slots(es, Py_TYPE(ev));
+    if (es->off[i]) {
+        PyObject *v = *(PyObject **)((char *)ev + es->off[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(ev, *names[i]);
+}
+
+/* Is u (an exact str) the ASCII text t of length n? */
+static int is_text(PyObject *u, const char *t, Py_ssize_t n) {
+    if (PyUnicode_IS_COMPACT_ASCII(u))
+        return PyUnicode_GET_LENGTH(u) == n && memcmp(PyUnicode_DATA(u), t, (size_t)n) == 0;
+    return PyUnicode_CompareWithASCIIString(u, t) == 0;
+}
+
+/* One call of the events: its partition, its entry there, and its return's (0 if it
+ * never returned); input and output are new references. */
+typedef struct {
+    int32_t group, entry, ret, kind;
+    PyObject *input, *output;
+} KvCall;
+
+/* Pure search `s` of n entries (head and tail included), all arrays allocated, every
+ * entry a return until told otherwise: 0, or -1 (set) out of memory. */
+static int kv_alloc(Search *s, int32_t n) {
+    s->n = n;
+    s->tail = n - 1;
+    s->nxt = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->prv = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->match = PyMem_RawCalloc((size_t)n, sizeof(int32_t));
+    s->opi = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->rid = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->cid = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->rv = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->iscall = PyMem_RawCalloc((size_t)n, 1);
+    s->ro = PyMem_RawCalloc((size_t)n, 1);
+    if (!s->nxt || !s->prv || !s->match || !s->opi || !s->rid || !s->cid || !s->rv ||
+        !s->iscall || !s->ro) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (pure_tables(s) < 0)
+        return -1;
+    for (int32_t i = 0; i < n; i++) {
+        s->nxt[i] = i + 1;
+        s->prv[i] = i - 1;
+        s->opi[i] = s->rid[i] = s->cid[i] = s->rv[i] = s->arg[i] = NONE;
+    }
+    s->pure = 1;
+    return 0;
+}
+
+/* The kind of a kv input ("get", key, value): KIND_*, or -1 if it is none of them. */
+static int kv_kind(PyObject *input) {
+    if (!PyTuple_CheckExact(input) || PyTuple_GET_SIZE(input) != 3)
+        return -1;
+    PyObject *f = PyTuple_GET_ITEM(input, 0);
+    if (!PyUnicode_CheckExact(f))
+        return -1;
+    if (is_text(f, "get", 3))
+        return KIND_GET;
+    if (is_text(f, "put", 3))
+        return KIND_PUT;
+    if (is_text(f, "append", 6))
+        return KIND_APPEND;
+    return -1;
+}
+
+/* The id of a leaf string for kv_searches: 0 and *id set; 1 if `o` is no exact str
+ * (the Python path runs); -1 out of memory (set). */
+static int kv_leaf(Search *s, PyObject *o, int32_t *id) {
+    *id = intern_str(s, o);
+    if (*id == -3) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return *id < 0;
+}
+
+/* kv_searches(events, init, unknown): what checker.py makes of a kv history with the
+ * shipped kv model (partition_events, _prepare_events, Search), made here in one pass:
+ * per partition (in the order of their first events) a pure search, or None where the
+ * partition has nothing to linearize. None instead when anything is out of the
+ * ordinary (an event that is not a plain call or return, an id that is not a small
+ * int, a call open twice, a return without its call, an input, value or output that
+ * pure mode does not take): then the Python path runs, and says what is wrong. */
+static PyObject *kv_searches(PyObject *self, PyObject *args) {
+    PyObject *events, *init, *unknown;
+    if (!PyArg_ParseTuple(args, "OOO", &events, &init, &unknown))
+        return NULL;
+    PyObject *seq = PySequence_Fast(events, "kv_searches: a sequence of events expected");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t ne = PySequence_Fast_GET_SIZE(seq);
+    PyObject **evs = PySequence_Fast_ITEMS(seq);
+    KvCall *calls = PyMem_Calloc((size_t)ne + 1, sizeof(KvCall));
+    int32_t *open = PyMem_Calloc((size_t)ne + 1, sizeof(int32_t)); /* id -> call + 1 */
+    int32_t *size = PyMem_Calloc((size_t)ne + 1, sizeof(int32_t)); /* group -> events */
+    int32_t *count = NULL; /* per group: calls; then calls, required, crashed so far */
+    PyObject *groups = PyDict_New(); /* key -> group */
+    PyObject *out = NULL;
+    int32_t ncalls = 0, ngroups = 0;
+    int r = -1; /* 0 done, 1 the Python path, -1 error */
+    if (calls == NULL || open == NULL || size == NULL || groups == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    EventSlots es = {NULL, {0, 0, 0}};
+    for (Py_ssize_t t = 0; t < ne; t++) {
+        PyObject *kind = event_attr(&es, evs[t], 0);
+        PyObject *idobj = kind ? event_attr(&es, evs[t], 1) : NULL;
+        PyObject *value = idobj ? event_attr(&es, evs[t], 2) : NULL;
+        long id = -1;
+        int call = -1;
+        if (value != NULL && PyLong_CheckExact(idobj) && PyUnicode_CheckExact(kind)) {
+            id = PyLong_AsLong(idobj);
+            if (is_text(kind, "call", 4))
+                call = 1;
+            else if (is_text(kind, "return", 6))
+                call = 0;
+        }
+        Py_XDECREF(kind);
+        Py_XDECREF(idobj);
+        if (value == NULL || call < 0 || id < 0 || id > ne || call == (open[id] != 0)) {
+            Py_XDECREF(value);
+            r = 1;
+            goto done;
+        }
+        if (call) {
+            KvCall *c = &calls[ncalls++];
+            c->input = value;
+            if ((c->kind = kv_kind(value)) < 0) {
+                r = 1;
+                goto done;
+            }
+            PyObject *key = PyTuple_GET_ITEM(value, 1);
+            PyObject *g = PyDict_GetItemWithError(groups, key);
+            if (g == NULL) {
+                if (PyErr_Occurred()) {
+                    r = 1;
+                    goto done;
+                }
+                g = PyLong_FromLong(ngroups);
+                if (g == NULL || PyDict_SetItem(groups, key, g) < 0) {
+                    Py_XDECREF(g);
+                    r = 1;
+                    goto done;
+                }
+                Py_DECREF(g);
+                c->group = ngroups++;
+            } else {
+                c->group = (int32_t)PyLong_AsLong(g);
+            }
+            c->entry = ++size[c->group];
+            open[id] = ncalls;
+        } else {
+            KvCall *c = &calls[open[id] - 1];
+            c->output = value;
+            c->ret = ++size[c->group];
+            open[id] = 0;
+        }
+    }
+    /* a partition of m events with k calls has 2k + 2 entries: the head, its events,
+     * its crashed calls' returns, the tail */
+    count = PyMem_Calloc((size_t)ngroups + 1, 3 * sizeof(int32_t));
+    out = PyList_New(ngroups);
+    if (count == NULL || out == NULL) {
+        if (count == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t i = 0; i < ncalls; i++)
+        count[3 * calls[i].group]++;
+    for (int32_t g = 0; g < ngroups; g++) {
+        Search *s = (Search *)SearchType.tp_alloc(&SearchType, 0);
+        if (s == NULL)
+            goto done;
+        PyList_SET_ITEM(out, g, (PyObject *)s);
+        if (kv_alloc(s, 2 * count[3 * g] + 2) < 0)
+            goto done;
+        Py_INCREF(unknown);
+        s->unknown = unknown;
+        s->native = NATIVE_KV;
+        if ((r = kv_leaf(s, init, &s->state)) != 0)
+            goto done;
+        r = -1;
+        count[3 * g] = 0;
+    }
+    for (int32_t i = 0; i < ncalls; i++) {
+        KvCall *c = &calls[i];
+        int32_t g = c->group, e = c->entry, *k = &count[3 * g];
+        Search *s = (Search *)PyList_GET_ITEM(out, g);
+        s->iscall[e] = 1;
+        s->opi[e] = k[0]++;
+        if (c->ret) {
+            s->match[e] = c->ret;
+            s->rid[e] = k[1]++;
+        } else {
+            s->match[e] = size[g] + 1 + k[2];
+            s->cid[e] = k[2]++;
+        }
+        int kind = c->kind;
+        s->kind[e] = (uint8_t)kind;
+        if (kind == KIND_GET) { /* read-only; legal iff the state is its known output */
+            s->ro[e] = 1;
+            if (c->ret && c->output != unknown) {
+                if ((r = kv_leaf(s, c->output, &s->arg[e])) != 0)
+                    goto done;
+                r = -1;
+            }
+            s->rv[e] = s->arg[e];
+        } else if ((r = kv_leaf(s, PyTuple_GET_ITEM(c->input, 2), &s->arg[e])) != 0) {
+            goto done;
+        } else {
+            r = -1;
+        }
+    }
+    for (int32_t g = 0; g < ngroups; g++) {
+        Search *s = (Search *)PyList_GET_ITEM(out, g);
+        if (setup_prune(s) < 0 || setup_configs(s) < 0)
+            goto done;
+        if (s->need == 0) {
+            Py_INCREF(Py_None);
+            PyList_SetItem(out, g, Py_None);
+        }
+    }
+    r = 0;
+done:
+    if (r == 1) { /* out of the ordinary: the Python path */
+        PyErr_Clear();
+        Py_XDECREF(out);
+        Py_INCREF(Py_None);
+        out = Py_None;
+    } else if (r < 0) {
+        Py_CLEAR(out);
+    }
+    for (int32_t i = 0; i < ncalls; i++) {
+        Py_XDECREF(calls[i].input);
+        Py_XDECREF(calls[i].output);
+    }
+    PyMem_Free(calls); PyMem_Free(open); PyMem_Free(size); PyMem_Free(count);
+    Py_XDECREF(groups);
+    Py_DECREF(seq);
+    return out;
+}
 
 /* --- run_all: pure searches on several threads, without the GIL --- */
 
@@ -1271,6 +1591,10 @@ out:
 }
 
 static PyMethodDef module_methods[] = {
+    {"kv_searches", kv_searches, METH_VARARGS,
+     "kv_searches(events, init, unknown): the partitions of a kv history (the shipped kv "
+     "model, states str) as pure searches, None where one has nothing to linearize; or "
+     "None if the events are out of the ordinary (the Python path then runs)"},
     {"run_all", run_all, METH_VARARGS,
      "run_all(searches, timeout, threads): run pure searches to the end on up to `threads` "
      "threads, without the GIL, stopping at the first illegal one (or at `timeout` "
@@ -1286,6 +1610,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__csearch(void) {
     if (PyType_Ready(&SearchType) < 0)
+        return NULL;
+    str_kind = PyUnicode_InternFromString("kind");
+    str_id = PyUnicode_InternFromString("id");
+    str_value = PyUnicode_InternFromString("value");
+    if (str_kind == NULL || str_id == NULL || str_value == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
