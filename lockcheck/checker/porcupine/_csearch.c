@@ -79,7 +79,8 @@ typedef struct {
     int outcome; /* when finished: 1 linearizable, 2 not */
     int prune;   /* pure mode: leave out configurations that dead() proves fail */
     int32_t *callof; /* pure mode, return entries: their call entry */
-    uint64_t **pfx;  /* pure mode, per leaf state id: its prefix hashes, or NULL */
+    uint64_t *pfx;   /* pure mode: the leaves' prefix hashes, leaf v's at soff[v] + v */
+    uint8_t *pfxok;  /* per leaf: whether they are made (when first needed) */
     int32_t npfx;
     uint8_t *kind;  /* call entries: KIND_* */
     int32_t *arg;   /* get: the output's state id, NONE if unknown; put/append: the value's */
@@ -126,9 +127,7 @@ static void Search_dealloc(Search *s) {
     PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
     PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
     PyMem_RawFree(s->scratch);
-    for (int32_t i = 0; s->pfx != NULL && i < s->npfx; i++)
-        PyMem_RawFree(s->pfx[i]);
-    PyMem_RawFree(s->pfx); PyMem_RawFree(s->callof);
+    PyMem_RawFree(s->pfx); PyMem_RawFree(s->pfxok); PyMem_RawFree(s->callof);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -338,7 +337,7 @@ static int32_t intern_concat(Search *s, int32_t state, int32_t v) {
 }
 
 static int grow_transitions(Search *s) {
-    size_t cap = s->tcap ? s->tcap * 2 : 256;
+    size_t cap = s->tcap ? s->tcap * 2 : 512;
     TSlot *t = PyMem_RawMalloc(cap * sizeof(TSlot));
     if (t == NULL) {
         s->nomem = 1;
@@ -492,7 +491,7 @@ static int same(Search *s, size_t off, int32_t state) {
 }
 
 static int grow_cache(Search *s) {
-    size_t cap = s->ccap ? s->ccap * 2 : 256;
+    size_t cap = s->ccap ? s->ccap * 2 : 1024;
     CSlot *t = PyMem_RawMalloc(cap * sizeof(CSlot));
     if (t == NULL) {
         s->nomem = 1;
@@ -636,17 +635,14 @@ static int may_prefix(Search *s, int32_t st, int32_t v) {
         return 0;
     if (n == 0)
         return 1;
-    uint64_t *ph = s->pfx[v];
-    if (ph == NULL) { /* v's prefix hashes, made when first needed */
+    uint64_t *ph = s->pfx + s->soff[v] + (size_t)v;
+    if (!s->pfxok[v]) { /* made when first needed: most gets never are */
         size_t len = (size_t)s->sln[v];
-        ph = PyMem_RawMalloc((len + 1) * sizeof(uint64_t));
-        if (ph == NULL)
-            return 1; /* no memory: no pruning */
         const uint8_t *b = (const uint8_t *)s->sbuf + s->soff[v];
         ph[0] = 0;
         for (size_t i = 0; i < len; i++)
             ph[i + 1] = ph[i] * BASE + b[i];
-        s->pfx[v] = ph;
+        s->pfxok[v] = 1;
     }
     return ph[n] == s->shv[st];
 }
@@ -869,8 +865,12 @@ static int pure_tables(Search *s) {
 static int setup_prune(Search *s) {
     int32_t n = s->n;
     s->callof = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
-    s->pfx = PyMem_RawCalloc((size_t)s->nstr + 1, sizeof(uint64_t *));
-    if (s->callof == NULL || s->pfx == NULL) {
+    /* room for all the leaves' prefix hashes, in one block allocated here rather than
+     * in the threads (a thread's first allocation makes it a heap of its own); its pages
+     * are only touched for the gets that need them */
+    s->pfx = PyMem_RawMalloc((s->slen + (size_t)s->nstr + 1) * sizeof(uint64_t));
+    s->pfxok = PyMem_RawCalloc((size_t)s->nstr + 1, 1);
+    if (s->callof == NULL || s->pfx == NULL || s->pfxok == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1066,7 +1066,13 @@ static int setup_configs(Search *s) {
     for (int32_t i = 0; i < n_cr; i++)
         s->zcr[i] = splitmix(&seed);
     s->low = 0; s->hi = -1; s->chi = -1; s->h = 0;
-    if (grow_transitions(s) < 0 || grow_cache(s) < 0) {
+    /* the stack never holds more than every op; it and the first tables are allocated
+     * here, so that a small search running on a thread allocates nothing there */
+    s->scap = n_req + n_cr + 1;
+    s->stack = PyMem_RawMalloc((size_t)s->scap * sizeof(Frame));
+    s->acap = 1 << 11;
+    s->arena = PyMem_RawMalloc(s->acap * sizeof(uint64_t));
+    if (s->stack == NULL || s->arena == NULL || grow_transitions(s) < 0 || grow_cache(s) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1395,6 +1401,7 @@ done:
 #define SLICE_S 0.0002 /* a slice of one search, in seconds: short enough that a partition
                         * illegal after little work ends the check before the others
                         * have spent much, long enough that switching costs nothing */
+#define SIGNAL_S 0.05 /* how often the calling thread looks at Python's signals */
 #define MIN_BUDGET 16
 #define MAX_BUDGET (1L << 20)
 
@@ -1410,6 +1417,8 @@ typedef struct {
     int stop_at;
     double deadline; /* 0: none */
     int workers; /* threads still running worker() */
+    int raised;  /* a signal handler raised (the calling thread's exception is set) */
+    PyThreadState *ts; /* the calling thread's, while it runs without the GIL */
     pthread_mutex_t mu;
     pthread_cond_t done; /* signalled when a worker ends */
 } Pool;
@@ -1422,9 +1431,11 @@ static double now_s(void) {
 
 /* Take the waiting search that has had the least time, run it for a slice, put it
  * back; until all are done or one is illegal (or the deadline passes). Equal time
- * rather than equal pushes: a partition whose pushes are cheap gets further. */
-static void *worker(void *arg) {
-    Pool *p = arg;
+ * rather than equal pushes: a partition whose pushes are cheap gets further. The
+ * calling thread (main) works too, and looks at Python's signals between its slices
+ * every SIGNAL_S: Ctrl-C stops a search that has no timeout. */
+static void work(Pool *p, int main) {
+    double next_check = now_s() + SIGNAL_S;
     pthread_mutex_lock(&p->mu);
     while (!p->stop && p->remaining > 0) {
         int k = -1;
@@ -1439,7 +1450,15 @@ static void *worker(void *arg) {
         double t0 = now_s();
         int r = core(p->s[k], b);
         double t1 = now_s(), dt = t1 - t0;
+        if (main && t1 >= next_check) {
+            next_check = t1 + SIGNAL_S;
+            PyEval_RestoreThread(p->ts);
+            p->raised = PyErr_CheckSignals() < 0;
+            p->ts = PyEval_SaveThread();
+        }
         pthread_mutex_lock(&p->mu);
+        if (p->raised && !p->stop)
+            p->stop = 4;
         p->spent[k] += dt;
         long nb = dt > 0 ? (long)((double)b * SLICE_S / dt) : 2 * b;
         if (nb > 2 * b)
@@ -1458,6 +1477,13 @@ static void *worker(void *arg) {
         if (!p->stop && p->deadline > 0 && t1 > p->deadline)
             p->stop = 2;
     }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *worker(void *arg) {
+    Pool *p = arg;
+    work(p, 0);
+    pthread_mutex_lock(&p->mu);
     p->workers--;
     pthread_cond_signal(&p->done);
     pthread_mutex_unlock(&p->mu);
@@ -1513,23 +1539,20 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_OSError, "run_all: no mutex");
         goto out;
     }
-    int raised = 0;
-    Py_BEGIN_ALLOW_THREADS
+    p.ts = PyEval_SaveThread();
     p.deadline = timeout >= 0 ? now_s() + timeout : 0;
     int started = 0;
     pthread_mutex_lock(&p.mu);
-    for (int t = 0; t < threads && t < p.n; t++) /* fewer threads if they cannot start */
+    /* this thread is one of the workers: it has the CPU now, which a new thread may wait
+     * for on a busy machine; fewer threads if they cannot start */
+    for (int t = 1; t < threads && t < p.n; t++)
         if (pthread_create(&tids[started], NULL, worker, &p) == 0) {
             started++;
             p.workers++;
         }
     pthread_mutex_unlock(&p.mu);
-    if (started == 0) {
-        p.workers = 1;
-        worker(&p);
-    }
-    /* this thread waits, looking at Python's signals every 50 ms: Ctrl-C stops a
-     * search that has no timeout */
+    work(&p, 1);
+    /* then waits for the others, still looking at Python's signals */
     pthread_mutex_lock(&p.mu);
     while (p.workers > 0) {
         struct timespec until;
@@ -1540,23 +1563,23 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&p.done, &p.mu, &until);
-        if (p.workers == 0 || raised)
+        if (p.workers == 0 || p.raised)
             continue;
         pthread_mutex_unlock(&p.mu);
-        Py_BLOCK_THREADS
-        raised = PyErr_CheckSignals() < 0;
-        Py_UNBLOCK_THREADS
+        PyEval_RestoreThread(p.ts);
+        p.raised = PyErr_CheckSignals() < 0;
+        p.ts = PyEval_SaveThread();
         pthread_mutex_lock(&p.mu);
-        if (raised && !p.stop)
+        if (p.raised && !p.stop)
             p.stop = 4;
     }
     pthread_mutex_unlock(&p.mu);
     for (int t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(p.ts);
     pthread_cond_destroy(&p.done);
     pthread_mutex_destroy(&p.mu);
-    if (raised)
+    if (p.raised)
         goto out; /* the handler's exception is set */
     if (p.stop == 3) {
         PyErr_NoMemory();
