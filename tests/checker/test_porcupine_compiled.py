@@ -154,6 +154,9 @@ def test_random_kv_histories_native_step(rng: random.Random) -> None:
     _native_off(kv(), ops)
 
 
+LONG = "0123456789abcdefghij"  # longer than the steps between kept prefix hashes
+
+
 def _kv_execution(rng: random.Random) -> list[Operation]:
     """One key's ops as a real store would give them (each takes effect at a moment
     between its call and its return), some gets' outputs then garbled, some ops
@@ -163,14 +166,14 @@ def _kv_execution(rng: random.Random) -> list[Operation]:
         call = rng.uniform(0, 20)
         at = call + rng.uniform(0, 6)
         f = rng.choice(["get", "get", "put", "append", "append", "append"])
-        value = None if f == "get" else rng.choice(["a", "b", "ab", "", "ba"])
+        value = None if f == "get" else rng.choice(["a", "b", "ab", "", "ba", LONG])
         steps.append((at, i, f, value, call, at + rng.uniform(0, 6)))
     state = ""
     ops = []
     for _, i, f, value, call, ret in sorted(steps):
         out = state if f == "get" else None
         if f == "get" and rng.random() < 0.15:
-            out = rng.choice(["a", "ab", "b", "", "aab", "ba"])
+            out = rng.choice(["a", "ab", "b", "", "aab", "ba", LONG + "a", "a" + LONG])
         state = value if f == "put" else state + value if f == "append" else state
         if rng.random() < 0.1:
             ret, out = math.inf, None

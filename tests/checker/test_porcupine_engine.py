@@ -479,6 +479,18 @@ def test_random_kv_histories_match_brute_force() -> None:
     assert counts[OK] > 50 and counts[ILLEGAL] > 50
 
 
+def test_long_kv_history_without_puts_scales_linearly() -> None:
+    # 60,000 ops on one key, appends and gets, no put: the search on threads looks at
+    # the gets near the front of the history only, not at all the gets to its end
+    ops = []
+    for i in range(60_000):
+        f, value, out = ("get", None, "") if i % 3 == 2 else ("append", "", None)
+        ops.append(kvop(i % 3, 10 * i, 10 * i + 15, f, "k", value, out))
+    t0 = time.monotonic()
+    assert check_operations(kv(), ops, timeout=60) is OK
+    assert time.monotonic() - t0 < 3
+
+
 def test_long_history_scales_linearly() -> None:
     # 30,000 ops, 3 clients overlapping their neighbours; a quadratic bitset would take
     # many seconds here

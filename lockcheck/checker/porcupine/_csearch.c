@@ -79,7 +79,8 @@ typedef struct {
     int outcome; /* when finished: 1 linearizable, 2 not */
     int prune;   /* pure mode: leave out configurations that dead() proves fail */
     int32_t *callof; /* pure mode, return entries: their call entry */
-    uint64_t *pfx;   /* pure mode: the leaves' prefix hashes, leaf v's at soff[v] + v */
+    uint64_t *pfx;   /* pure mode: the leaves' prefix hashes (see may_prefix) */
+    size_t *pfxat;   /* per leaf: where its own start in pfx */
     uint8_t *pfxok;  /* per leaf: whether they are made (when first needed) */
     int32_t npfx;
     uint8_t *kind;  /* call entries: KIND_* */
@@ -127,7 +128,8 @@ static void Search_dealloc(Search *s) {
     PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
     PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
     PyMem_RawFree(s->scratch);
-    PyMem_RawFree(s->pfx); PyMem_RawFree(s->pfxok); PyMem_RawFree(s->callof);
+    PyMem_RawFree(s->pfx); PyMem_RawFree(s->pfxat); PyMem_RawFree(s->pfxok);
+    PyMem_RawFree(s->callof);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -280,6 +282,11 @@ static void poly_hash(const uint8_t *b, size_t n, uint64_t *hp, uint64_t *pwp) {
 /* the id of a Python str, interned as a leaf (its bytes kept); -1 if it is no exact str
  * or has no UTF-8 form (then pure mode does not apply), -3 when out of memory. Only
  * before the search, when every state is a leaf. */
+#define PFX_STEP 16 /* bytes between two kept prefix hashes of a get's output */
+#define DEAD_WALK 64 /* entries dead() looks at: enough for the gets near the front; a
+                      * long history without puts would otherwise cost a walk to its end
+                      * per configuration */
+
 static int32_t intern_str(Search *s, PyObject *o) {
     if (!PyUnicode_CheckExact(o))
         return -1;
@@ -628,23 +635,32 @@ static inline void relink_op(Search *s, int32_t x) { /* unlink_op undone */
 
 /* Could the state `st` be a prefix of the get output `v` (a leaf)? 0 only when it is
  * surely not: longer, or its hash differs from that of v's first sln[st] bytes (equal
- * strings hash the same; equal hashes may still differ, then 1). */
+ * strings hash the same; equal hashes may still differ, then 1). The hashes of v's
+ * prefixes are kept every PFX_STEP bytes (made when first needed: most gets never
+ * are), the rest hashed here. */
 static int may_prefix(Search *s, int32_t st, int32_t v) {
     size_t n = (size_t)s->sln[st];
     if (n > (size_t)s->sln[v])
         return 0;
-    if (n == 0)
+    if (n == 0 || s->pfx == NULL)
         return 1;
-    uint64_t *ph = s->pfx + s->soff[v] + (size_t)v;
-    if (!s->pfxok[v]) { /* made when first needed: most gets never are */
+    uint64_t *ph = s->pfx + s->pfxat[v];
+    const uint8_t *b = (const uint8_t *)s->sbuf + s->soff[v];
+    if (!s->pfxok[v]) {
         size_t len = (size_t)s->sln[v];
-        const uint8_t *b = (const uint8_t *)s->sbuf + s->soff[v];
+        uint64_t h = 0;
         ph[0] = 0;
-        for (size_t i = 0; i < len; i++)
-            ph[i + 1] = ph[i] * BASE + b[i];
+        for (size_t i = 0; i < len; i++) {
+            h = h * BASE + b[i];
+            if ((i + 1) % PFX_STEP == 0)
+                ph[(i + 1) / PFX_STEP] = h;
+        }
         s->pfxok[v] = 1;
     }
-    return ph[n] == s->shv[st];
+    uint64_t h = ph[n / PFX_STEP];
+    for (size_t i = n - n % PFX_STEP; i < n; i++)
+        h = h * BASE + b[i];
+    return h == s->shv[st];
 }
 
 /* Pure mode, with the list of entries as for the configuration about to be pushed (its
@@ -656,7 +672,8 @@ static int may_prefix(Search *s, int32_t st, int32_t v) {
  * the gets' returns before it are the Gs. */
 static int dead(Search *s, int32_t st) {
     int32_t *nxt = s->nxt;
-    for (int32_t x = nxt[0]; x != s->tail; x = nxt[x]) {
+    int walk = DEAD_WALK;
+    for (int32_t x = nxt[0]; x != s->tail && walk-- > 0; x = nxt[x]) {
         if (s->iscall[x]) {
             if (s->kind[x] == KIND_PUT)
                 return 0;
@@ -868,12 +885,18 @@ static int setup_prune(Search *s) {
     /* room for all the leaves' prefix hashes, in one block allocated here rather than
      * in the threads (a thread's first allocation makes it a heap of its own); its pages
      * are only touched for the gets that need them */
-    s->pfx = PyMem_RawMalloc((s->slen + (size_t)s->nstr + 1) * sizeof(uint64_t));
+    s->pfxat = PyMem_RawMalloc(((size_t)s->nstr + 1) * sizeof(size_t));
     s->pfxok = PyMem_RawCalloc((size_t)s->nstr + 1, 1);
-    if (s->callof == NULL || s->pfx == NULL || s->pfxok == NULL) {
+    if (s->callof == NULL || s->pfxat == NULL || s->pfxok == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    size_t at = 0;
+    for (int32_t v = 0; v < s->nstr; v++) {
+        s->pfxat[v] = at;
+        at += (size_t)s->sln[v] / PFX_STEP + 1;
+    }
+    s->pfx = PyMem_RawMalloc(at * sizeof(uint64_t)); /* NULL: no pruning */
     s->npfx = s->nstr; /* the leaves: every get's output is one */
     for (int32_t i = 0; i < n; i++)
         s->callof[i] = NONE;
