@@ -19,6 +19,8 @@
  * configurations that dead() proves to fail (a get that no put can precede any more
  * must read the state followed by appends): the same verdict and linearization, found
  * without searching the orders of appends that a later read already rules out.
+ * kv_searches() makes the pure searches of the shipped kv model straight from the
+ * events, in one pass, for the plain check.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
