@@ -4,12 +4,13 @@ Porcupine's and Knossos's corpora and on random histories with crashed ops."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
 import signal
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from lockcheck.checker.formats.jepsen_edn import read_jepsen_edn
 from lockcheck.checker.formats.porcupine_logs import parse_etcd_log, parse_kv_log
 from lockcheck.checker.porcupine import Event, Model, Operation, checker, events_to_operations
 from lockcheck.checker.porcupine.lock_models import fenced_mutex, mutex
+from lockcheck.checker.porcupine.model import UNKNOWN
 from lockcheck.checker.porcupine.models import cas_register, kv, register
 
 from .test_lock_models_properties import gen_history, gen_jepsen
@@ -129,9 +131,7 @@ def _native_off(model: Model[Any, Any, Any], history: Sequence[Operation]) -> No
         assert a == b
 
 
-@SETTINGS
-@given(st.randoms(use_true_random=False))
-def test_random_kv_histories_native_step(rng: random.Random) -> None:
+def _random_kv_ops(rng: random.Random) -> list[Operation]:
     ops = []
     for i in range(rng.randint(1, 14)):
         call = rng.randint(0, 40)
@@ -143,8 +143,82 @@ def test_random_kv_histories_native_step(rng: random.Random) -> None:
         if f == "get" and ret != math.inf:
             out = rng.choice(["", "x", "y", "xy", "yx", "xx"])
         ops.append(Operation(i % 4, (f, key, value), call, out, ret))
+    return ops
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_random_kv_histories_native_step(rng: random.Random) -> None:
+    ops = _random_kv_ops(rng)
     both(kv(), ops)
     _native_off(kv(), ops)
+
+
+LONG = "0123456789abcdefghij"  # longer than the steps between kept prefix hashes
+
+
+def _kv_execution(rng: random.Random) -> list[Operation]:
+    """One key's ops as a real store would give them (each takes effect at a moment
+    between its call and its return), some gets' outputs then garbled, some ops
+    crashed: mostly linearizable, with near misses."""
+    steps = []
+    for i in range(rng.randint(1, 14)):
+        call = rng.uniform(0, 20)
+        at = call + rng.uniform(0, 6)
+        f = rng.choice(["get", "get", "put", "append", "append", "append"])
+        value = None if f == "get" else rng.choice(["a", "b", "ab", "", "ba", LONG])
+        steps.append((at, i, f, value, call, at + rng.uniform(0, 6)))
+    state = ""
+    ops = []
+    for _, i, f, value, call, ret in sorted(steps):
+        out = state if f == "get" else None
+        if f == "get" and rng.random() < 0.15:
+            out = rng.choice(["a", "ab", "b", "", "aab", "ba", LONG + "a", "a" + LONG])
+        state = value if f == "put" else state + value if f == "append" else state
+        if rng.random() < 0.1:
+            ret, out = math.inf, None
+        ops.append(Operation(i % 5, (f, "k", value), call, out, ret))
+    return ops
+
+
+def _threads_search(part: checker._Part | checker._CPart, timeout: float = -1.0) -> Any:
+    """The search as the plain check runs it (`run_all`, which leaves out configurations
+    it proves to fail): (code, linearization), or None if unfinished."""
+    search = checker._new_search(part)
+    assert search.pure
+    (out,), _, _ = checker._csearch.run_all([search], timeout, 1)
+    return out and out[:2]
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_threads_leave_out_only_configurations_that_fail(rng: random.Random) -> None:
+    # a get that no put can precede any more reads the state followed by appends: the
+    # threads drop configurations whose state is no prefix of its output; the verdict
+    # and the linearization found are still the Python search's
+    model = kv()
+    for ops in (_kv_execution(rng), _kv_execution(rng), _random_kv_ops(rng)):
+        for part in checker._split_operations(model, ops):
+            prepared = checker._prepare(model, part)
+            if prepared.need:
+                verdict, lin, _ = _drive(checker._search(prepared, False, {}))
+                assert _threads_search(prepared) == (int(verdict is not checker._OK), lin)
+
+
+@pytest.mark.parametrize("name", ["c01-ok", "c01-bad", "c10-ok", "c10-bad", "c50-ok",
+                                  "c50-bad"])
+def test_threads_like_the_search_on_the_kv_corpus(name: str) -> None:
+    if not (PORCUPINE / "expected.json").exists():
+        pytest.skip(NO_PORCUPINE)
+    cparts = checker._event_parts(kv(), parse_kv_log(PORCUPINE / f"kv/{name}.txt"))
+    assert cparts is not None
+    compared = 0
+    for part in cparts:
+        want = _drive(checker._compiled_search(part))
+        if want != "unfinished":  # c50-bad has partitions that never end
+            assert _threads_search(part, 20.0) == (int(want[0] is not checker._OK), want[1])
+            compared += 1
+    assert compared >= 5
 
 
 def test_native_kv_step_leaves_odd_ops_to_python() -> None:
@@ -196,6 +270,64 @@ def test_events_prepared_in_one_pass_like_operations(rng: random.Random, pure: b
     want = checker.check_events_verbose(model, events)[0]  # the Python search
     assert checker.check_events(model, events) is want
     assert checker.check_events(model, events, max_cache=10**9) is want  # one core
+
+
+def _outcomes(make: Callable[[], list[Any]]) -> list[Any]:
+    """The searches `make` gives, each run to its end by `Search.run`, then by `run_all`
+    (None where there is no search)."""
+    plain = [s and s.run(10**9) for s in make()]
+    return plain + [s and checker._csearch.run_all([s], -1.0, 1)[0][0] for s in make()]
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False), st.booleans())
+def test_kv_searches_made_in_c_like_in_python(rng: random.Random, pure: bool) -> None:
+    # the shipped kv model's partitions made into searches in C, in one pass, are the
+    # searches the Python path makes; None where that path makes one that is not pure
+    events = _kv_events(rng, pure)
+    cparts = checker._event_parts(kv(), events)
+    assert cparts is not None
+    for init in ("", "x"):
+        parts = [dataclasses.replace(p, init=init) for p in cparts]
+
+        def python(parts: list[checker._CPart] = parts) -> list[Any]:
+            return [checker._new_search(p) if p.need else None for p in parts]
+
+        def c(init: str = init) -> list[Any]:
+            return checker._csearch.kv_searches(events, init, UNKNOWN)  # type: ignore[no-any-return]
+
+        if not all(s is None or s.pure for s in python()):
+            assert c() is None
+            return
+        assert all(s is None or s.pure for s in c())
+        assert _outcomes(c) == _outcomes(python)
+
+
+def test_kv_searches_leave_odd_events_to_python() -> None:
+    call, ret = Event(0, "call", ("put", "a", "x"), 0), Event(0, "return", None, 0)
+    odd = [
+        [ret],  # a return without its call
+        [call, call],  # a call open twice
+        [call, Event(0, "done", None, 0)],  # no such kind
+        [Event(0, "call", ("put", "a", "x"), "0")],  # an id that is no int
+        [Event(0, "call", ("put", "a", "x"), -1)],
+        [Event(0, "call", ["put", "a", "x"], 0)],  # an input that is no tuple
+        [Event(0, "call", ("cas", "a", "x"), 0)],  # no such op
+        [Event(0, "call", ("put", "a", 5), 0)],  # a value that is no str
+        [Event(0, "call", ("get", "a", None), 0), Event(0, "return", 5, 0)],
+        [Event(0, "call", ("put", ["a"], "x"), 0)],  # a key that is not hashable
+    ]
+    for events in odd:
+        assert checker._csearch.kv_searches(events, "", UNKNOWN) is None, events
+    assert checker._csearch.kv_searches([call, ret], 0, UNKNOWN) is None  # init no str
+    with pytest.raises(KeyError):  # as before: the partitioning finds no call
+        checker.check_events(kv(), [ret])
+    with pytest.raises(ValueError, match="already open"):
+        checker.check_events(kv(), [call, call])
+    # ids that are strings take the Python path, to the same verdict
+    named = [Event(0, "call", ("get", "a", None), "g"), Event(0, "return", "x", "g")]
+    assert checker.check_events(kv(), named) is checker.CheckResult.ILLEGAL
+    assert checker.check_events(kv(), [call, ret, *named]) is checker.CheckResult.OK
 
 
 def test_malformed_events_take_the_general_path() -> None:

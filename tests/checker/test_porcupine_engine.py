@@ -239,9 +239,11 @@ def test_partition_events_keeps_calls_with_returns() -> None:
 
 
 def _hard_key(n: int, key: str = "hard") -> list[Operation]:
-    """n concurrent appends and a read no order can produce: factorial search."""
+    """n concurrent appends and a read no order can produce: factorial search (the put
+    alongside keeps the read from ruling an order out before the put is placed)."""
     ops = [kvop(i, 0, 100, "append", key, f"<{i}>") for i in range(n)]
     ops.append(kvop(n, 0, 100, "get", key, None, "never"))
+    ops.append(kvop(n + 1, 0, 100, "put", key, "p"))
     return ops
 
 
@@ -475,6 +477,18 @@ def test_random_kv_histories_match_brute_force() -> None:
             assert check_events(m, to_events(ops)) is want, ops
         counts[want] += 1
     assert counts[OK] > 50 and counts[ILLEGAL] > 50
+
+
+def test_long_kv_history_without_puts_scales_linearly() -> None:
+    # 60,000 ops on one key, appends and gets, no put: the search on threads looks at
+    # the gets near the front of the history only, not at all the gets to its end
+    ops = []
+    for i in range(60_000):
+        f, value, out = ("get", None, "") if i % 3 == 2 else ("append", "", None)
+        ops.append(kvop(i % 3, 10 * i, 10 * i + 15, f, "k", value, out))
+    t0 = time.monotonic()
+    assert check_operations(kv(), ops, timeout=60) is OK
+    assert time.monotonic() - t0 < 3
 
 
 def test_long_history_scales_linearly() -> None:

@@ -15,10 +15,16 @@
  * For the kv model's step on strings (models._kv_value_step) the states are UTF-8
  * bytes interned here instead ("pure mode", see setup_pure): then the search touches
  * no Python object, and run_all() searches several partitions on threads without the
- * GIL, stopping all at the first illegal one.
+ * GIL, stopping all at the first illegal one. There the search also leaves out the
+ * configurations that dead() proves to fail (a get that no put can precede any more
+ * must read the state followed by appends): the same verdict and linearization, found
+ * without searching the orders of appends that a later read already rules out.
+ * kv_searches() makes the pure searches of the shipped kv model straight from the
+ * events, in one pass, for the plain check.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -34,6 +40,18 @@ typedef struct {
     uint64_t h;
 } Frame;
 
+/* A hash table's slot: key and value side by side, so that a probe misses the cache
+ * once (the tables are the search's memory; a fresh process pays for every page) */
+typedef struct {
+    uint64_t key;
+    int32_t val;
+} TSlot;
+
+typedef struct {
+    uint64_t hash;
+    size_t off; /* the record's offset in the arena */
+} CSlot;
+
 typedef struct {
     PyObject_HEAD
     int32_t n;  /* entries, head 0 and tail n-1 included */
@@ -43,14 +61,13 @@ typedef struct {
     PyObject *inputs, *outputs, *step, *ids, *states, *unknown;
     int native; /* NATIVE_*: a step of models.py done here, without calling Python */
     /* memo of transitions: key (entry << 32 | state) -> next state id or ILL */
-    uint64_t *tkeys;
-    int32_t *tvals;
+    TSlot *trans;
     size_t tcap, tcount;
     /* configurations */
     uint64_t *zreq, *zcr, *lin, *cr;
     int32_t n_req, n_cr, need;
-    uint64_t *chash;
-    size_t *coff, ccap, ccount;
+    CSlot *cslots; /* off SIZE_MAX where empty */
+    size_t ccap, ccount;
     uint64_t *arena;
     size_t asize, acap;
     Frame *stack;
@@ -62,6 +79,12 @@ typedef struct {
      * that the search touches no Python object and can run without the GIL */
     int pure, nomem, busy;
     int outcome; /* when finished: 1 linearizable, 2 not */
+    int prune;   /* pure mode: leave out configurations that dead() proves fail */
+    int32_t *callof; /* pure mode, return entries: their call entry */
+    uint64_t *pfx;   /* pure mode: the leaves' prefix hashes (see may_prefix) */
+    size_t *pfxat;   /* per leaf: where its own start in pfx */
+    uint8_t *pfxok;  /* per leaf: whether they are made (when first needed) */
+    int32_t npfx;
     uint8_t *kind;  /* call entries: KIND_* */
     int32_t *arg;   /* get: the output's state id, NONE if unknown; put/append: the value's */
     char *sbuf;     /* the interned strings' bytes */
@@ -100,13 +123,15 @@ static uint64_t mix(uint64_t h, int32_t state) {
 static void Search_dealloc(Search *s) {
     PyMem_RawFree(s->nxt); PyMem_RawFree(s->prv); PyMem_RawFree(s->match); PyMem_RawFree(s->opi);
     PyMem_RawFree(s->rid); PyMem_RawFree(s->cid); PyMem_RawFree(s->rv); PyMem_RawFree(s->iscall);
-    PyMem_RawFree(s->ro); PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals); PyMem_RawFree(s->zreq);
-    PyMem_RawFree(s->zcr); PyMem_RawFree(s->lin); PyMem_RawFree(s->cr); PyMem_RawFree(s->chash);
-    PyMem_RawFree(s->coff); PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
+    PyMem_RawFree(s->ro); PyMem_RawFree(s->trans); PyMem_RawFree(s->zreq);
+    PyMem_RawFree(s->zcr); PyMem_RawFree(s->lin); PyMem_RawFree(s->cr); PyMem_RawFree(s->cslots);
+    PyMem_RawFree(s->arena); PyMem_RawFree(s->stack);
     PyMem_RawFree(s->kind); PyMem_RawFree(s->arg); PyMem_RawFree(s->sbuf);
     PyMem_RawFree(s->soff); PyMem_RawFree(s->sln); PyMem_RawFree(s->shv);
     PyMem_RawFree(s->spw); PyMem_RawFree(s->stab); PyMem_RawFree(s->spar);
     PyMem_RawFree(s->scratch);
+    PyMem_RawFree(s->pfx); PyMem_RawFree(s->pfxat); PyMem_RawFree(s->pfxok);
+    PyMem_RawFree(s->callof);
     Py_XDECREF(s->inputs); Py_XDECREF(s->outputs); Py_XDECREF(s->step);
     Py_XDECREF(s->ids); Py_XDECREF(s->states); Py_XDECREF(s->unknown);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -133,7 +158,7 @@ static int32_t intern(Search *s, PyObject *state) {
 /* --- pure mode: interned UTF-8 strings --- */
 
 static int grow_strtab(Search *s) {
-    size_t cap = s->stcap ? s->stcap * 2 : 1024;
+    size_t cap = s->stcap ? s->stcap * 2 : 256;
     int32_t *tab = PyMem_RawMalloc(cap * sizeof(int32_t));
     if (tab == NULL) {
         s->nomem = 1;
@@ -237,9 +262,33 @@ static int32_t add_state(Search *s, size_t j, size_t len, uint64_t h, uint64_t p
     return id;
 }
 
+/* The polynomial hash of n bytes (h = h * BASE + byte, from 0) and BASE^n; four
+ * bytes a turn, so that the multiplications do not wait on each other. */
+static void poly_hash(const uint8_t *b, size_t n, uint64_t *hp, uint64_t *pwp) {
+    const uint64_t b2 = BASE * BASE, b3 = b2 * BASE, b4 = b3 * BASE;
+    uint64_t h = 0, pw = 1;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        h = h * b4 + (uint64_t)b[i] * b3 + (uint64_t)b[i + 1] * b2 + (uint64_t)b[i + 2] * BASE +
+            b[i + 3];
+        pw *= b4;
+    }
+    for (; i < n; i++) {
+        h = h * BASE + b[i];
+        pw *= BASE;
+    }
+    *hp = h;
+    *pwp = pw;
+}
+
 /* the id of a Python str, interned as a leaf (its bytes kept); -1 if it is no exact str
  * or has no UTF-8 form (then pure mode does not apply), -3 when out of memory. Only
  * before the search, when every state is a leaf. */
+#define PFX_STEP 16 /* bytes between two kept prefix hashes of a get's output */
+#define DEAD_WALK 64 /* entries dead() looks at: enough for the gets near the front; a
+                      * long history without puts would otherwise cost a walk to its end
+                      * per configuration */
+
 static int32_t intern_str(Search *s, PyObject *o) {
     if (!PyUnicode_CheckExact(o))
         return -1;
@@ -249,11 +298,8 @@ static int32_t intern_str(Search *s, PyObject *o) {
         PyErr_Clear();
         return -1;
     }
-    uint64_t h = 0, pw = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        h = h * BASE + (uint8_t)b[i];
-        pw *= BASE;
-    }
+    uint64_t h, pw;
+    poly_hash((const uint8_t *)b, (size_t)n, &h, &pw);
     size_t mask = s->stcap - 1;
     size_t j = (size_t)mix(h, 0) & mask;
     for (int32_t id; (id = s->stab[j]) != NONE; j = (j + 1) & mask)
@@ -300,26 +346,24 @@ static int32_t intern_concat(Search *s, int32_t state, int32_t v) {
 }
 
 static int grow_transitions(Search *s) {
-    size_t cap = s->tcap ? s->tcap * 2 : 1024;
-    uint64_t *keys = PyMem_RawMalloc(cap * sizeof(uint64_t));
-    int32_t *vals = PyMem_RawMalloc(cap * sizeof(int32_t));
-    if (keys == NULL || vals == NULL) {
-        PyMem_RawFree(keys); PyMem_RawFree(vals);
+    size_t cap = s->tcap ? s->tcap * 2 : 512;
+    TSlot *t = PyMem_RawMalloc(cap * sizeof(TSlot));
+    if (t == NULL) {
         s->nomem = 1;
         return -1;
     }
-    memset(keys, 0xff, cap * sizeof(uint64_t));
+    for (size_t i = 0; i < cap; i++)
+        t[i].key = UINT64_MAX;
     for (size_t i = 0; i < s->tcap; i++) {
-        if (s->tkeys[i] == UINT64_MAX)
+        if (s->trans[i].key == UINT64_MAX)
             continue;
-        size_t j = (size_t)mix(s->tkeys[i], 0) & (cap - 1);
-        while (keys[j] != UINT64_MAX)
+        size_t j = (size_t)mix(s->trans[i].key, 0) & (cap - 1);
+        while (t[j].key != UINT64_MAX)
             j = (j + 1) & (cap - 1);
-        keys[j] = s->tkeys[i];
-        vals[j] = s->tvals[i];
+        t[j] = s->trans[i];
     }
-    PyMem_RawFree(s->tkeys); PyMem_RawFree(s->tvals);
-    s->tkeys = keys; s->tvals = vals; s->tcap = cap;
+    PyMem_RawFree(s->trans);
+    s->trans = t; s->tcap = cap;
     return 0;
 }
 
@@ -414,9 +458,9 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
     uint64_t key = ((uint64_t)(uint32_t)e << 32) | (uint32_t)state;
     size_t mask = s->tcap - 1;
     size_t j = (size_t)mix(key, 0) & mask;
-    while (s->tkeys[j] != UINT64_MAX) {
-        if (s->tkeys[j] == key)
-            return s->tvals[j];
+    while (s->trans[j].key != UINT64_MAX) {
+        if (s->trans[j].key == key)
+            return s->trans[j].val;
         j = (j + 1) & mask;
     }
     int32_t next = s->pure ? intern_concat(s, state, s->arg[e]) : py_transition(s, e, state);
@@ -427,11 +471,11 @@ static int32_t transition(Search *s, int32_t e, int32_t state) {
             return -3;
         mask = s->tcap - 1;
         j = (size_t)mix(key, 0) & mask;
-        while (s->tkeys[j] != UINT64_MAX)
+        while (s->trans[j].key != UINT64_MAX)
             j = (j + 1) & mask;
     }
-    s->tkeys[j] = key;
-    s->tvals[j] = next;
+    s->trans[j].key = key;
+    s->trans[j].val = next;
     s->tcount++;
     return next;
 }
@@ -456,27 +500,24 @@ static int same(Search *s, size_t off, int32_t state) {
 }
 
 static int grow_cache(Search *s) {
-    size_t cap = s->ccap ? s->ccap * 2 : 4096;
-    uint64_t *hs = PyMem_RawMalloc(cap * sizeof(uint64_t));
-    size_t *offs = PyMem_RawMalloc(cap * sizeof(size_t));
-    if (hs == NULL || offs == NULL) {
-        PyMem_RawFree(hs); PyMem_RawFree(offs);
+    size_t cap = s->ccap ? s->ccap * 2 : 1024;
+    CSlot *t = PyMem_RawMalloc(cap * sizeof(CSlot));
+    if (t == NULL) {
         s->nomem = 1;
         return -1;
     }
     for (size_t i = 0; i < cap; i++)
-        offs[i] = SIZE_MAX;
+        t[i].off = SIZE_MAX;
     for (size_t i = 0; i < s->ccap; i++) {
-        if (s->coff[i] == SIZE_MAX)
+        if (s->cslots[i].off == SIZE_MAX)
             continue;
-        size_t j = (size_t)s->chash[i] & (cap - 1);
-        while (offs[j] != SIZE_MAX)
+        size_t j = (size_t)s->cslots[i].hash & (cap - 1);
+        while (t[j].off != SIZE_MAX)
             j = (j + 1) & (cap - 1);
-        hs[j] = s->chash[i];
-        offs[j] = s->coff[i];
+        t[j] = s->cslots[i];
     }
-    PyMem_RawFree(s->chash); PyMem_RawFree(s->coff);
-    s->chash = hs; s->coff = offs; s->ccap = cap;
+    PyMem_RawFree(s->cslots);
+    s->cslots = t; s->ccap = cap;
     return 0;
 }
 
@@ -486,8 +527,8 @@ static int cached(Search *s, int32_t state, int add) {
     uint64_t key = mix(s->h, state);
     size_t mask = s->ccap - 1;
     size_t j = (size_t)key & mask;
-    while (s->coff[j] != SIZE_MAX) {
-        if (s->chash[j] == key && same(s, s->coff[j], state))
+    while (s->cslots[j].off != SIZE_MAX) {
+        if (s->cslots[j].hash == key && same(s, s->cslots[j].off, state))
             return 1;
         j = (j + 1) & mask;
     }
@@ -497,7 +538,7 @@ static int cached(Search *s, int32_t state, int add) {
     runs(s, &lw0, &nlw, &ncw);
     size_t need = 2 + (size_t)nlw + (size_t)ncw;
     if (s->asize + need > s->acap) {
-        size_t cap = s->acap ? s->acap * 2 : 1 << 12;
+        size_t cap = s->acap ? s->acap * 2 : 1 << 9;
         while (cap < s->asize + need)
             cap *= 2;
         uint64_t *a = PyMem_RawRealloc(s->arena, cap * sizeof(uint64_t));
@@ -518,11 +559,11 @@ static int cached(Search *s, int32_t state, int add) {
             return -1;
         mask = s->ccap - 1;
         j = (size_t)key & mask;
-        while (s->coff[j] != SIZE_MAX)
+        while (s->cslots[j].off != SIZE_MAX)
             j = (j + 1) & mask;
     }
-    s->chash[j] = key;
-    s->coff[j] = s->asize;
+    s->cslots[j].hash = key;
+    s->cslots[j].off = s->asize;
     s->asize += need;
     s->ccount++;
     return 0;
@@ -588,6 +629,65 @@ static inline void unlink_op(Search *s, int32_t x) {
     s->nxt[p] = q; s->prv[q] = p;
 }
 
+static inline void relink_op(Search *s, int32_t x) { /* unlink_op undone */
+    int32_t r = s->match[x];
+    s->nxt[s->prv[r]] = r; s->prv[s->nxt[r]] = r;
+    s->nxt[s->prv[x]] = x; s->prv[s->nxt[x]] = x;
+}
+
+/* Could the state `st` be a prefix of the get output `v` (a leaf)? 0 only when it is
+ * surely not: longer, or its hash differs from that of v's first sln[st] bytes (equal
+ * strings hash the same; equal hashes may still differ, then 1). The hashes of v's
+ * prefixes are kept every PFX_STEP bytes (made when first needed: most gets never
+ * are), the rest hashed here. */
+static int may_prefix(Search *s, int32_t st, int32_t v) {
+    size_t n = (size_t)s->sln[st];
+    if (n > (size_t)s->sln[v])
+        return 0;
+    if (n == 0 || s->pfx == NULL)
+        return 1;
+    uint64_t *ph = s->pfx + s->pfxat[v];
+    const uint8_t *b = (const uint8_t *)s->sbuf + s->soff[v];
+    if (!s->pfxok[v]) {
+        size_t len = (size_t)s->sln[v];
+        uint64_t h = 0;
+        ph[0] = 0;
+        for (size_t i = 0; i < len; i++) {
+            h = h * BASE + b[i];
+            if ((i + 1) % PFX_STEP == 0)
+                ph[(i + 1) / PFX_STEP] = h;
+        }
+        s->pfxok[v] = 1;
+    }
+    uint64_t h = ph[n / PFX_STEP];
+    for (size_t i = n - n % PFX_STEP; i < n; i++)
+        h = h * BASE + b[i];
+    return h == s->shv[st];
+}
+
+/* Pure mode, with the list of entries as for the configuration about to be pushed (its
+ * op unlinked) and `st` its state: is that configuration sure to fail? It is when some
+ * get G not linearized yet, with a known output v, returned before every put not
+ * linearized yet was called: then no put can come before G, only appends, so G's state
+ * will be st followed by appended values, and st must be a prefix of v. The list holds
+ * the entries not linearized in time order: its first put call is the earliest, and
+ * the gets' returns before it are the Gs. */
+static int dead(Search *s, int32_t st) {
+    int32_t *nxt = s->nxt;
+    int walk = DEAD_WALK;
+    for (int32_t x = nxt[0]; x != s->tail && walk-- > 0; x = nxt[x]) {
+        if (s->iscall[x]) {
+            if (s->kind[x] == KIND_PUT)
+                return 0;
+            continue;
+        }
+        int32_t c = s->callof[x];
+        if (s->kind[c] == KIND_GET && s->arg[c] != NONE && !may_prefix(s, st, s->arg[c]))
+            return 1;
+    }
+    return 0;
+}
+
 /* the outcome of a finished search: (code, linearization or None, cache entries) */
 static PyObject *finish(Search *s, int code) {
     PyObject *lin = Py_None;
@@ -613,10 +713,15 @@ static int try_push(Search *s, int32_t x, int32_t ns, int forced) {
         unmark(s, x, low, hi, chi, h);
         return c < 0 ? -1 : 0;
     }
+    unlink_op(s, x);
+    if (s->prune && dead(s, ns)) { /* failed like a cached one (and it stays cached) */
+        relink_op(s, x);
+        unmark(s, x, low, hi, chi, h);
+        return 0;
+    }
     if (push(s, x, s->state, forced, low, hi, chi, h) < 0)
         return -1;
     s->state = ns;
-    unlink_op(s, x);
     return 1;
 }
 
@@ -762,17 +867,52 @@ static PyObject *Search_run(Search *s, PyObject *arg) {
  * an exact str: the initial state, the values put and appended, the outputs of gets and
  * the read values. 1 if it applies (states, rv and the per-entry kind/arg set up), 0 if
  * not, -1 on error (set). */
-static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *rv,
-                      PyObject *init, PyObject *unknown) {
-    int32_t n = s->n;
-    s->kind = PyMem_RawCalloc((size_t)n, 1);
-    s->arg = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+/* Pure mode's own arrays and an empty string table: 0, or -1 (set) out of memory. */
+static int pure_tables(Search *s) {
+    s->kind = PyMem_RawCalloc((size_t)s->n, 1);
+    s->arg = PyMem_RawMalloc((size_t)s->n * sizeof(int32_t));
     s->sbuf = PyMem_RawMalloc(1 << 12);
     s->sbcap = 1 << 12;
     if (s->kind == NULL || s->arg == NULL || s->sbuf == NULL || grow_strtab(s) < 0) {
         PyErr_NoMemory();
         return -1;
     }
+    return 0;
+}
+
+/* Pure mode, once every leaf is interned: what dead() needs. 0, or -1 (set). */
+static int setup_prune(Search *s) {
+    int32_t n = s->n;
+    s->callof = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    /* room for all the leaves' prefix hashes, in one block allocated here rather than
+     * in the threads (a thread's first allocation makes it a heap of its own); its pages
+     * are only touched for the gets that need them */
+    s->pfxat = PyMem_RawMalloc(((size_t)s->nstr + 1) * sizeof(size_t));
+    s->pfxok = PyMem_RawCalloc((size_t)s->nstr + 1, 1);
+    if (s->callof == NULL || s->pfxat == NULL || s->pfxok == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t at = 0;
+    for (int32_t v = 0; v < s->nstr; v++) {
+        s->pfxat[v] = at;
+        at += (size_t)s->sln[v] / PFX_STEP + 1;
+    }
+    s->pfx = PyMem_RawMalloc(at * sizeof(uint64_t)); /* NULL: no pruning */
+    s->npfx = s->nstr; /* the leaves: every get's output is one */
+    for (int32_t i = 0; i < n; i++)
+        s->callof[i] = NONE;
+    for (int32_t i = 0; i < n; i++)
+        if (s->iscall[i])
+            s->callof[s->match[i]] = i;
+    return 0;
+}
+
+static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *rv,
+                      PyObject *init, PyObject *unknown) {
+    int32_t n = s->n;
+    if (pure_tables(s) < 0)
+        return -1;
     int32_t id = intern_str(s, init);
     if (id < 0)
         goto fail;
@@ -815,7 +955,7 @@ static int setup_pure(Search *s, PyObject *inputs, PyObject *outputs, PyObject *
             s->rv[i] = id;
         }
     }
-    return 1;
+    return setup_prune(s) < 0 ? -1 : 1;
 fail:
     if (id == -3) {
         PyErr_NoMemory();
@@ -840,6 +980,8 @@ static int fill(PyObject *seq, int32_t *out, Py_ssize_t n, const char *what) {
 
 /* Search(match, opi, rid, cid, ro, rv, inputs, outputs, step, init, unknown[, native])
  * native: 0, or NATIVE_KV when step is models._kv_value_step */
+static int setup_configs(Search *s);
+
 static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     PyObject *match, *opi, *rid, *cid, *ro, *rv, *inputs, *outputs, *step, *init, *unknown;
     int native = NATIVE_NONE;
@@ -903,19 +1045,27 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
         if (s->state < 0)
             return -1;
     }
-    s->has_ro = 0;
-    int32_t n_req = 0, n_cr = 0, need = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        s->has_ro |= s->ro[i];
+    for (Py_ssize_t i = 0; !s->pure && i < n; i++) {
         PyObject *v = PyList_GET_ITEM(rv, i);
-        if (!s->pure)
-            s->rv[i] = NONE;
-        if (!s->pure && s->ro[i] && v != unknown) {
+        s->rv[i] = NONE;
+        if (s->ro[i] && v != unknown) {
             int32_t id = intern(s, v);
             if (id < 0)
                 return -1;
             s->rv[i] = id;
         }
+    }
+    return setup_configs(s);
+}
+
+/* The rest of a search's set-up, from its entries (iscall, ro, rid, cid, nxt): the
+ * bitsets of linearized ops, their hashes, the tables, the first entry. 0, or -1. */
+static int setup_configs(Search *s) {
+    int32_t n = s->n;
+    s->has_ro = 0;
+    int32_t n_req = 0, n_cr = 0, need = 0;
+    for (int32_t i = 0; i < n; i++) {
+        s->has_ro |= s->ro[i];
         if (s->iscall[i]) {
             if (s->rid[i] >= 0) {
                 n_req = s->rid[i] + 1 > n_req ? s->rid[i] + 1 : n_req;
@@ -941,7 +1091,13 @@ static int Search_init(Search *s, PyObject *args, PyObject *kw) {
     for (int32_t i = 0; i < n_cr; i++)
         s->zcr[i] = splitmix(&seed);
     s->low = 0; s->hi = -1; s->chi = -1; s->h = 0;
-    if (grow_transitions(s) < 0 || grow_cache(s) < 0) {
+    /* the stack never holds more than every op; it and the first tables are allocated
+     * here, so that a small search running on a thread allocates nothing there */
+    s->scap = n_req + n_cr + 1;
+    s->stack = PyMem_RawMalloc((size_t)s->scap * sizeof(Frame));
+    s->acap = 1 << 11;
+    s->arena = PyMem_RawMalloc(s->acap * sizeof(uint64_t));
+    if (s->stack == NULL || s->arena == NULL || grow_transitions(s) < 0 || grow_cache(s) < 0) {
         PyErr_NoMemory();
         return -1;
     }
@@ -985,11 +1141,292 @@ static PyTypeObject SearchType = {
     .tp_getset = Search_getset,
 };
 
+/* --- kv_searches: a kv history's partitions as pure searches, made in one pass --- */
+
+static PyObject *str_kind, *str_id, *str_value; /* attribute names, interned */
+
+/* Where an event type keeps its kind, id and value: the offsets of its slots, read
+ * without a lookup per event (0: look the attribute up) */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t off[3];
+} EventSlots;
+
+static void event_slots(EventSlots *es, PyTypeObject *type) {
+    PyObject *names[3] = {str_kind, str_id, str_value};
+    es->type = type;
+    for (int i = 0; i < 3; i++) {
+        es->off[i] = 0;
+        if (type->tp_getattro != PyObject_GenericGetAttr)
+            continue;
+        PyObject *d = _PyType_Lookup(type, names[i]); /* borrowed */
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX)
+                es->off[i] = m->offset;
+        }
+    }
+}
+
+/* Attribute i of event ev: a new reference, or NULL (set). */
+static PyObject *event_attr(EventSlots *es, PyObject *ev, int i) {
+    static PyObject **names[3] = {&str_kind, &str_id, &str_value};
+    if (Py_TYPE(ev) != es->type)
+        event_slots(es, Py_TYPE(ev));
+    if (es->off[i]) {
+        PyObject *v = *(PyObject **)((char *)ev + es->off[i]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(ev, *names[i]);
+}
+
+/* Is u (an exact str) the ASCII text t of length n? */
+static int is_text(PyObject *u, const char *t, Py_ssize_t n) {
+    if (PyUnicode_IS_COMPACT_ASCII(u))
+        return PyUnicode_GET_LENGTH(u) == n && memcmp(PyUnicode_DATA(u), t, (size_t)n) == 0;
+    return PyUnicode_CompareWithASCIIString(u, t) == 0;
+}
+
+/* One call of the events: its partition, its entry there, and its return's (0 if it
+ * never returned); input and output are new references. */
+typedef struct {
+    int32_t group, entry, ret, kind;
+    PyObject *input, *output;
+} KvCall;
+
+/* Pure search `s` of n entries (head and tail included), all arrays allocated, every
+ * entry a return until told otherwise: 0, or -1 (set) out of memory. */
+static int kv_alloc(Search *s, int32_t n) {
+    s->n = n;
+    s->tail = n - 1;
+    s->nxt = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->prv = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->match = PyMem_RawCalloc((size_t)n, sizeof(int32_t));
+    s->opi = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->rid = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->cid = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->rv = PyMem_RawMalloc((size_t)n * sizeof(int32_t));
+    s->iscall = PyMem_RawCalloc((size_t)n, 1);
+    s->ro = PyMem_RawCalloc((size_t)n, 1);
+    if (!s->nxt || !s->prv || !s->match || !s->opi || !s->rid || !s->cid || !s->rv ||
+        !s->iscall || !s->ro) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (pure_tables(s) < 0)
+        return -1;
+    for (int32_t i = 0; i < n; i++) {
+        s->nxt[i] = i + 1;
+        s->prv[i] = i - 1;
+        s->opi[i] = s->rid[i] = s->cid[i] = s->rv[i] = s->arg[i] = NONE;
+    }
+    s->pure = 1;
+    return 0;
+}
+
+/* The kind of a kv input ("get", key, value): KIND_*, or -1 if it is none of them. */
+static int kv_kind(PyObject *input) {
+    if (!PyTuple_CheckExact(input) || PyTuple_GET_SIZE(input) != 3)
+        return -1;
+    PyObject *f = PyTuple_GET_ITEM(input, 0);
+    if (!PyUnicode_CheckExact(f))
+        return -1;
+    if (is_text(f, "get", 3))
+        return KIND_GET;
+    if (is_text(f, "put", 3))
+        return KIND_PUT;
+    if (is_text(f, "append", 6))
+        return KIND_APPEND;
+    return -1;
+}
+
+/* The id of a leaf string for kv_searches: 0 and *id set; 1 if `o` is no exact str
+ * (the Python path runs); -1 out of memory (set). */
+static int kv_leaf(Search *s, PyObject *o, int32_t *id) {
+    *id = intern_str(s, o);
+    if (*id == -3) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return *id < 0;
+}
+
+/* kv_searches(events, init, unknown): what checker.py makes of a kv history with the
+ * shipped kv model (partition_events, _prepare_events, Search), made here in one pass:
+ * per partition (in the order of their first events) a pure search, or None where the
+ * partition has nothing to linearize. None instead when anything is out of the
+ * ordinary (an event that is not a plain call or return, an id that is not a small
+ * int, a call open twice, a return without its call, an input, value or output that
+ * pure mode does not take): then the Python path runs, and says what is wrong. */
+static PyObject *kv_searches(PyObject *self, PyObject *args) {
+    PyObject *events, *init, *unknown;
+    if (!PyArg_ParseTuple(args, "OOO", &events, &init, &unknown))
+        return NULL;
+    PyObject *seq = PySequence_Fast(events, "kv_searches: a sequence of events expected");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t ne = PySequence_Fast_GET_SIZE(seq);
+    PyObject **evs = PySequence_Fast_ITEMS(seq);
+    KvCall *calls = PyMem_Calloc((size_t)ne + 1, sizeof(KvCall));
+    int32_t *open = PyMem_Calloc((size_t)ne + 1, sizeof(int32_t)); /* id -> call + 1 */
+    int32_t *size = PyMem_Calloc((size_t)ne + 1, sizeof(int32_t)); /* group -> events */
+    int32_t *count = NULL; /* per group: calls; then calls, required, crashed so far */
+    PyObject *groups = PyDict_New(); /* key -> group */
+    PyObject *out = NULL;
+    int32_t ncalls = 0, ngroups = 0;
+    int r = -1; /* 0 done, 1 the Python path, -1 error */
+    if (calls == NULL || open == NULL || size == NULL || groups == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    EventSlots es = {NULL, {0, 0, 0}};
+    for (Py_ssize_t t = 0; t < ne; t++) {
+        PyObject *kind = event_attr(&es, evs[t], 0);
+        PyObject *idobj = kind ? event_attr(&es, evs[t], 1) : NULL;
+        PyObject *value = idobj ? event_attr(&es, evs[t], 2) : NULL;
+        long id = -1;
+        int call = -1;
+        if (value != NULL && PyLong_CheckExact(idobj) && PyUnicode_CheckExact(kind)) {
+            id = PyLong_AsLong(idobj);
+            if (is_text(kind, "call", 4))
+                call = 1;
+            else if (is_text(kind, "return", 6))
+                call = 0;
+        }
+        Py_XDECREF(kind);
+        Py_XDECREF(idobj);
+        if (value == NULL || call < 0 || id < 0 || id > ne || call == (open[id] != 0)) {
+            Py_XDECREF(value);
+            r = 1;
+            goto done;
+        }
+        if (call) {
+            KvCall *c = &calls[ncalls++];
+            c->input = value;
+            if ((c->kind = kv_kind(value)) < 0) {
+                r = 1;
+                goto done;
+            }
+            PyObject *key = PyTuple_GET_ITEM(value, 1);
+            PyObject *g = PyDict_GetItemWithError(groups, key);
+            if (g == NULL) {
+                if (PyErr_Occurred()) {
+                    r = 1;
+                    goto done;
+                }
+                g = PyLong_FromLong(ngroups);
+                if (g == NULL || PyDict_SetItem(groups, key, g) < 0) {
+                    Py_XDECREF(g);
+                    r = 1;
+                    goto done;
+                }
+                Py_DECREF(g);
+                c->group = ngroups++;
+            } else {
+                c->group = (int32_t)PyLong_AsLong(g);
+            }
+            c->entry = ++size[c->group];
+            open[id] = ncalls;
+        } else {
+            KvCall *c = &calls[open[id] - 1];
+            c->output = value;
+            c->ret = ++size[c->group];
+            open[id] = 0;
+        }
+    }
+    /* a partition of m events with k calls has 2k + 2 entries: the head, its events,
+     * its crashed calls' returns, the tail */
+    count = PyMem_Calloc((size_t)ngroups + 1, 3 * sizeof(int32_t));
+    out = PyList_New(ngroups);
+    if (count == NULL || out == NULL) {
+        if (count == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t i = 0; i < ncalls; i++)
+        count[3 * calls[i].group]++;
+    for (int32_t g = 0; g < ngroups; g++) {
+        Search *s = (Search *)SearchType.tp_alloc(&SearchType, 0);
+        if (s == NULL)
+            goto done;
+        PyList_SET_ITEM(out, g, (PyObject *)s);
+        if (kv_alloc(s, 2 * count[3 * g] + 2) < 0)
+            goto done;
+        Py_INCREF(unknown);
+        s->unknown = unknown;
+        s->native = NATIVE_KV;
+        if ((r = kv_leaf(s, init, &s->state)) != 0)
+            goto done;
+        r = -1;
+        count[3 * g] = 0;
+    }
+    for (int32_t i = 0; i < ncalls; i++) {
+        KvCall *c = &calls[i];
+        int32_t g = c->group, e = c->entry, *k = &count[3 * g];
+        Search *s = (Search *)PyList_GET_ITEM(out, g);
+        s->iscall[e] = 1;
+        s->opi[e] = k[0]++;
+        if (c->ret) {
+            s->match[e] = c->ret;
+            s->rid[e] = k[1]++;
+        } else {
+            s->match[e] = size[g] + 1 + k[2];
+            s->cid[e] = k[2]++;
+        }
+        int kind = c->kind;
+        s->kind[e] = (uint8_t)kind;
+        if (kind == KIND_GET) { /* read-only; legal iff the state is its known output */
+            s->ro[e] = 1;
+            if (c->ret && c->output != unknown) {
+                if ((r = kv_leaf(s, c->output, &s->arg[e])) != 0)
+                    goto done;
+                r = -1;
+            }
+            s->rv[e] = s->arg[e];
+        } else if ((r = kv_leaf(s, PyTuple_GET_ITEM(c->input, 2), &s->arg[e])) != 0) {
+            goto done;
+        } else {
+            r = -1;
+        }
+    }
+    for (int32_t g = 0; g < ngroups; g++) {
+        Search *s = (Search *)PyList_GET_ITEM(out, g);
+        if (setup_prune(s) < 0 || setup_configs(s) < 0)
+            goto done;
+        if (s->need == 0) {
+            Py_INCREF(Py_None);
+            PyList_SetItem(out, g, Py_None);
+        }
+    }
+    r = 0;
+done:
+    if (r == 1) { /* out of the ordinary: the Python path */
+        PyErr_Clear();
+        Py_XDECREF(out);
+        Py_INCREF(Py_None);
+        out = Py_None;
+    } else if (r < 0) {
+        Py_CLEAR(out);
+    }
+    for (int32_t i = 0; i < ncalls; i++) {
+        Py_XDECREF(calls[i].input);
+        Py_XDECREF(calls[i].output);
+    }
+    PyMem_Free(calls); PyMem_Free(open); PyMem_Free(size); PyMem_Free(count);
+    Py_XDECREF(groups);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* --- run_all: pure searches on several threads, without the GIL --- */
 
 #define SLICE_S 0.0002 /* a slice of one search, in seconds: short enough that a partition
                         * illegal after little work ends the check before the others
                         * have spent much, long enough that switching costs nothing */
+#define SIGNAL_S 0.05 /* how often the calling thread looks at Python's signals */
 #define MIN_BUDGET 16
 #define MAX_BUDGET (1L << 20)
 
@@ -1005,6 +1442,8 @@ typedef struct {
     int stop_at;
     double deadline; /* 0: none */
     int workers; /* threads still running worker() */
+    int raised;  /* a signal handler raised (the calling thread's exception is set) */
+    PyThreadState *ts; /* the calling thread's, while it runs without the GIL */
     pthread_mutex_t mu;
     pthread_cond_t done; /* signalled when a worker ends */
 } Pool;
@@ -1017,9 +1456,11 @@ static double now_s(void) {
 
 /* Take the waiting search that has had the least time, run it for a slice, put it
  * back; until all are done or one is illegal (or the deadline passes). Equal time
- * rather than equal pushes: a partition whose pushes are cheap gets further. */
-static void *worker(void *arg) {
-    Pool *p = arg;
+ * rather than equal pushes: a partition whose pushes are cheap gets further. The
+ * calling thread (main) works too, and looks at Python's signals between its slices
+ * every SIGNAL_S: Ctrl-C stops a search that has no timeout. */
+static void work(Pool *p, int main) {
+    double next_check = now_s() + SIGNAL_S;
     pthread_mutex_lock(&p->mu);
     while (!p->stop && p->remaining > 0) {
         int k = -1;
@@ -1034,7 +1475,15 @@ static void *worker(void *arg) {
         double t0 = now_s();
         int r = core(p->s[k], b);
         double t1 = now_s(), dt = t1 - t0;
+        if (main && t1 >= next_check) {
+            next_check = t1 + SIGNAL_S;
+            PyEval_RestoreThread(p->ts);
+            p->raised = PyErr_CheckSignals() < 0;
+            p->ts = PyEval_SaveThread();
+        }
         pthread_mutex_lock(&p->mu);
+        if (p->raised && !p->stop)
+            p->stop = 4;
         p->spent[k] += dt;
         long nb = dt > 0 ? (long)((double)b * SLICE_S / dt) : 2 * b;
         if (nb > 2 * b)
@@ -1053,6 +1502,13 @@ static void *worker(void *arg) {
         if (!p->stop && p->deadline > 0 && t1 > p->deadline)
             p->stop = 2;
     }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *worker(void *arg) {
+    Pool *p = arg;
+    work(p, 0);
+    pthread_mutex_lock(&p->mu);
     p->workers--;
     pthread_cond_signal(&p->done);
     pthread_mutex_unlock(&p->mu);
@@ -1097,6 +1553,7 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
         Search *x = (Search *)PyList_GET_ITEM(list, i);
         Py_INCREF(x);
         x->busy = 1;
+        x->prune = 1;
         p.s[i] = x;
         p.budget[i] = 64;
         taken++;
@@ -1107,23 +1564,20 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_OSError, "run_all: no mutex");
         goto out;
     }
-    int raised = 0;
-    Py_BEGIN_ALLOW_THREADS
+    p.ts = PyEval_SaveThread();
     p.deadline = timeout >= 0 ? now_s() + timeout : 0;
     int started = 0;
     pthread_mutex_lock(&p.mu);
-    for (int t = 0; t < threads && t < p.n; t++) /* fewer threads if they cannot start */
+    /* this thread is one of the workers: it has the CPU now, which a new thread may wait
+     * for on a busy machine; fewer threads if they cannot start */
+    for (int t = 1; t < threads && t < p.n; t++)
         if (pthread_create(&tids[started], NULL, worker, &p) == 0) {
             started++;
             p.workers++;
         }
     pthread_mutex_unlock(&p.mu);
-    if (started == 0) {
-        p.workers = 1;
-        worker(&p);
-    }
-    /* this thread waits, looking at Python's signals every 50 ms: Ctrl-C stops a
-     * search that has no timeout */
+    work(&p, 1);
+    /* then waits for the others, still looking at Python's signals */
     pthread_mutex_lock(&p.mu);
     while (p.workers > 0) {
         struct timespec until;
@@ -1134,23 +1588,23 @@ static PyObject *run_all(PyObject *self, PyObject *args) {
             until.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&p.done, &p.mu, &until);
-        if (p.workers == 0 || raised)
+        if (p.workers == 0 || p.raised)
             continue;
         pthread_mutex_unlock(&p.mu);
-        Py_BLOCK_THREADS
-        raised = PyErr_CheckSignals() < 0;
-        Py_UNBLOCK_THREADS
+        PyEval_RestoreThread(p.ts);
+        p.raised = PyErr_CheckSignals() < 0;
+        p.ts = PyEval_SaveThread();
         pthread_mutex_lock(&p.mu);
-        if (raised && !p.stop)
+        if (p.raised && !p.stop)
             p.stop = 4;
     }
     pthread_mutex_unlock(&p.mu);
     for (int t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
-    Py_END_ALLOW_THREADS
+    PyEval_RestoreThread(p.ts);
     pthread_cond_destroy(&p.done);
     pthread_mutex_destroy(&p.mu);
-    if (raised)
+    if (p.raised)
         goto out; /* the handler's exception is set */
     if (p.stop == 3) {
         PyErr_NoMemory();
@@ -1185,6 +1639,10 @@ out:
 }
 
 static PyMethodDef module_methods[] = {
+    {"kv_searches", kv_searches, METH_VARARGS,
+     "kv_searches(events, init, unknown): the partitions of a kv history (the shipped kv "
+     "model, states str) as pure searches, None where one has nothing to linearize; or "
+     "None if the events are out of the ordinary (the Python path then runs)"},
     {"run_all", run_all, METH_VARARGS,
      "run_all(searches, timeout, threads): run pure searches to the end on up to `threads` "
      "threads, without the GIL, stopping at the first illegal one (or at `timeout` "
@@ -1200,6 +1658,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__csearch(void) {
     if (PyType_Ready(&SearchType) < 0)
+        return NULL;
+    str_kind = PyUnicode_InternFromString("kind");
+    str_id = PyUnicode_InternFromString("id");
+    str_value = PyUnicode_InternFromString("value");
+    if (str_kind == NULL || str_id == NULL || str_value == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
