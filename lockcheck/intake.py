@@ -43,11 +43,12 @@ CHUNK = 1 << 16
 # about 75 us of the controller's CPU); a fault aimed at a holder sees it that much later
 GATHER_S = 0.005
 _HEAD, _NEXT, _TAIL = b'{"time": ', b'\n{"time": ', b"}\n"
-TYPES = ("invoke", "ok", "fail", "info", "event")
+# the types counted by search; "invoke", the most common, is what the others leave
+COUNTED = ("ok", "fail", "info", "event")
 # a line's type as the layout writes it, between process and f: a value would have to
 # hold this very text, unescaped, to be miscounted (only the progress counts use it)
+_TYPE_MARKS = tuple((t, b'"type": "' + t.encode() + b'", "f": "') for t in COUNTED)
 _decode = json.JSONDecoder().raw_decode
-_TYPE_MARKS = tuple((t, b'"type": "' + t.encode() + b'", "f": "') for t in TYPES)
 
 
 def in_layout(line: bytes) -> bool:
@@ -57,13 +58,14 @@ def in_layout(line: bytes) -> bool:
             and line.isascii())
 
 
-def all_in_layout(block: bytes) -> bool:
-    """Every line of a block of complete lines is `in_layout`, tested without a loop:
-    each line starts with the head (the first, and every one after a newline) and each
-    newline ends a line that ends with the tail."""
+def lines_in_layout(block: bytes) -> int:
+    """How many lines a block of complete lines has if every one is `in_layout`, else
+    -1; tested without a loop: each line starts with the head (the first, and every one
+    after a newline) and each newline ends a line that ends with the tail."""
     n = block.count(b"\n")
-    return (block.startswith(_HEAD) and block.count(_NEXT) == n - 1
-            and block.count(_TAIL) == n and block.isascii())
+    ok = (block.startswith(_HEAD) and block.count(_NEXT) == n - 1
+          and block.count(_TAIL) == n and block.isascii())
+    return n if ok else -1
 
 
 class Source:
@@ -129,6 +131,8 @@ class Intake(threading.Thread):
         super().__init__(name="intake", daemon=True)
         self.writer, self.observers, self.wants = writer, list(observers), tuple(wants)
         self.count, self.gather_s = count, gather_s
+        # a type whose every line some marker picks out is seen whole: not counted
+        self._marks = [(t, m) for t, m in _TYPE_MARKS if not any(w in m for w in self.wants)]
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
@@ -195,9 +199,11 @@ class Intake(threading.Thread):
                     return
 
     def _take(self, src: Source, block: bytes, batch: Batch) -> None:
-        if block and not all_in_layout(block):
+        n = lines_in_layout(block) if block else 0
+        if n < 0:
             block = only_in_layout(src, block)
-        if not block:
+            n = block.count(b"\n")
+        if not n:
             return
         whole: list[tuple[int, dict[str, Any]]] = []
         bad: list[tuple[int, int]] = []
@@ -226,16 +232,20 @@ class Intake(threading.Thread):
             pos = start
             batch.whole.append((batch.lines + line, op))
         light = batch.light
-        for t, mark in _TYPE_MARKS:
-            n = block.count(mark)
-            if n:
-                light[t] = light.get(t, 0) + n
-        for _, op in whole:  # counted above, seen whole by the observers
-            seen = op.get("type")
-            if seen in light:
-                light[seen] -= 1
+        rest = n - len(whole)
+        seen: dict[Any, int] = {}  # the types of the lines read whole: not counted again
+        for _, op in whole:
+            t = op.get("type")
+            seen[t] = seen.get(t, 0) + 1
+        for t, mark in self._marks:
+            k = block.count(mark) - seen.get(t, 0)
+            if k > 0:
+                light[t] = light.get(t, 0) + k
+                rest -= k
+        if rest > 0:
+            light["invoke"] = light.get("invoke", 0) + rest
         batch.blocks.append(block)
-        batch.lines += block.count(b"\n")
+        batch.lines += n
 
     def _deliver(self, batch: Batch) -> None:
         first = self.writer.append_block(b"".join(batch.blocks))
@@ -243,9 +253,8 @@ class Intake(threading.Thread):
             op["index"] = first + pos
             for obs in self.observers:
                 obs(op)
-        light = {t: n for t, n in batch.light.items() if n > 0}
-        if self.count is not None and light:
-            self.count(light)
+        if self.count is not None and batch.light:
+            self.count(batch.light)
 
     def _end(self) -> None:
         with self._lock:

@@ -488,7 +488,7 @@ def test_long_kv_history_without_puts_scales_linearly() -> None:
         ops.append(kvop(i % 3, 10 * i, 10 * i + 15, f, "k", value, out))
     t0 = time.monotonic()
     assert check_operations(kv(), ops, timeout=60) is OK
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 5  # about 0.2 s; 11 s with the search walking to the end
 
 
 def test_long_history_scales_linearly() -> None:
