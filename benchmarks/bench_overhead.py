@@ -173,7 +173,7 @@ def main() -> int:
           f"{statistics.median(rec):.0f}; recorded / neighbouring bare phases: median "
           f"{statistics.median(ratios):.0f} % (quartiles "
           f"{', '.join(f'{q:.0f}' for q in statistics.quantiles(ratios, n=4))}); "
-          "target: at least 90 %")
+          "target: at least 95 %")
     contention = {mode: statistics.median(
         m["busy"].get(p, 0) / max(1, m["per_phase"].get(p, 0)) for p in rate if p % 2 == odd)
         for mode, odd in (("bare", 0), ("recorded", 1))}
