@@ -123,6 +123,35 @@ def wanted_lines(block: bytes, markers: Sequence[bytes]) -> list[tuple[int, int]
     return sorted(found)
 
 
+def read_whole(block: bytes, markers: Sequence[bytes]
+               ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
+    """The lines holding a marker, decoded, with where each starts; and where those
+    that are not one JSON object start and end."""
+    whole: list[tuple[int, dict[str, Any]]] = []
+    bad: list[tuple[int, int]] = []
+    wanted = wanted_lines(block, markers)
+    text = block.decode("ascii") if wanted else ""  # ASCII: the same offsets
+    for start, end in wanted:
+        try:
+            op, stop = _decode(text, start)
+            if stop != end - 1 or not isinstance(op, dict):
+                raise ValueError("not one object")
+            whole.append((start, op))
+        except ValueError:
+            bad.append((start, end))
+    return whole, bad
+
+
+def without(block: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """`block` less the (start, end) spans, which are in order."""
+    kept, last = [], 0
+    for start, end in spans:
+        kept.append(block[last:start])
+        last = end
+    kept.append(block[last:])
+    return b"".join(kept)
+
+
 class Intake(threading.Thread):
     def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
                  wants: Sequence[bytes],
@@ -205,36 +234,26 @@ class Intake(threading.Thread):
             n = block.count(b"\n")
         if not n:
             return
-        whole: list[tuple[int, dict[str, Any]]] = []
-        bad: list[tuple[int, int]] = []
-        wanted = wanted_lines(block, self.wants)
-        text = block.decode("ascii") if wanted else ""  # ASCII: the same offsets
-        for start, end in wanted:
-            try:
-                op, stop = _decode(text, start)
-                if stop != end - 1 or not isinstance(op, dict):
-                    raise ValueError("not one object")
-                whole.append((start, op))
-            except ValueError:
-                bad.append((start, end))
+        whole, bad = read_whole(block, self.wants)
         if bad:  # in the layout but not JSON: drop those, then take the rest
             src.bad_lines += len(bad)
-            kept, last = [], 0
-            for start, end in bad:
-                kept.append(block[last:start])
-                last = end
-            kept.append(block[last:])
-            self._take(src, b"".join(kept), batch)
+            self._take(src, without(block, bad), batch)
             return
         pos = line = 0
         for start, op in whole:
             line += block.count(b"\n", pos, start)
             pos = start
             batch.whole.append((batch.lines + line, op))
-        light = batch.light
+        self._count(block, n, [op for _, op in whole], batch.light)
+        batch.blocks.append(block)
+        batch.lines += n
+
+    def _count(self, block: bytes, n: int, whole: list[dict[str, Any]],
+               light: dict[str, int]) -> None:
+        """Add the types of the block's lines not read whole to `light`."""
         rest = n - len(whole)
         seen: dict[Any, int] = {}  # the types of the lines read whole: not counted again
-        for _, op in whole:
+        for op in whole:
             t = op.get("type")
             seen[t] = seen.get(t, 0) + 1
         for t, mark in self._marks:
@@ -244,8 +263,6 @@ class Intake(threading.Thread):
                 rest -= k
         if rest > 0:
             light["invoke"] = light.get("invoke", 0) + rest
-        batch.blocks.append(block)
-        batch.lines += n
 
     def _deliver(self, batch: Batch) -> None:
         first = self.writer.append_block(b"".join(batch.blocks))

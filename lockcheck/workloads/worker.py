@@ -86,6 +86,10 @@ class WorkerConfig:
         return WorkerConfig(**d)
 
 
+# an op kept until it goes out: (time, process, type, f, key, value as JSON, error)
+Pending = tuple[int, Any, str, str, str | None, str, str | None]
+
+
 class Recorder:
     """Records ops as JSON lines. A lock, because a client library's own thread may log.
 
@@ -115,8 +119,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.broken = False
         self.flushed_ns = 0
-        # (time, process, type, f, key, value as JSON, error), not yet written
-        self.pending: list[tuple[int, Any, str, str, str | None, str, str | None]] = []
+        self.pending: list[Pending] = []  # not yet written
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
@@ -148,8 +151,7 @@ class Recorder:
             self.broken = True  # the controller is gone: stop
 
 
-def lines(worker: int, ops: list[tuple[int, Any, str, str, str | None, str, str | None]]
-          ) -> str:
+def lines(worker: int, ops: list[Pending]) -> str:
     """The Recorder's lines for `ops`, in one string."""
     tail = f', "worker": {worker}}}\n'
     return "".join([
