@@ -385,14 +385,12 @@ class HistoryWriter:
         object without `index` (ASCII, `{"` first), each ending in a newline. Each gets
         the next index as its first field; one write and one flush for all (`counts`
         counts only `append`'s ops). Returns the first index."""
-        lines = block.split(b"\n")
-        lines.pop()  # after the last newline
         with self._lock:
             first = self._next
-            self._fh.write(b"".join([b'{"index": %d, %b\n' % (i, line[1:])
-                                     for i, line in enumerate(lines, first)]))
+            data, n = index_lines(block, first)
+            self._fh.write(data)
             self._fh.flush()
-            self._next += len(lines)
+            self._next += n
         return first
 
     def __len__(self) -> int:
@@ -404,6 +402,29 @@ class HistoryWriter:
                 self._fh.flush()
                 os.fsync(self._fh.fileno())
                 self._fh.close()
+
+
+def py_index_lines(block: bytes, first: int) -> tuple[bytes, int]:
+    """Each whole line of `block` with `"index": N, ` put first, N from `first`; and how
+    many lines (`_crecord.index_lines` does the same in C)."""
+    lines = block.split(b"\n")
+    lines.pop()  # after the last newline
+    return b"".join([b'{"index": %d, %b\n' % (i, line[1:])
+                     for i, line in enumerate(lines, first)]), len(lines)
+
+
+def _index_lines() -> Callable[[bytes, int], tuple[bytes, int]]:
+    try:
+        from lockcheck._crecord import index_lines as c_index_lines
+    except ImportError:
+        return py_index_lines
+
+    def compiled(block: bytes, first: int) -> tuple[bytes, int]:
+        return c_index_lines(block, first), block.count(b"\n")
+    return compiled
+
+
+index_lines = _index_lines()
 
 
 @dataclass(frozen=True, slots=True)

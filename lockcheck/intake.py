@@ -3,21 +3,26 @@
 A worker prints each op as one JSON line in a fixed layout (`workloads/worker.py:
 Recorder`: `{"time": ..., "process": ..., "type": "...", "f": "...", ...}`, ASCII). The
 intake copies what a pipe brings as bytes, a block of complete lines at a time, and
-does no work per line that C does not do for it: that every line of a block is in the
-layout is three counts and an ASCII test over the block; the lines observers want are
-found by substring search; the rest are counted by type with `bytes.count`. The writer
-then gives each line its `index` (`HistoryWriter.append_block`), one write and one
-flush per wake-up; a wake-up first waits `gather_s` (5 ms) for the other workers'
-lines, unless a fault acts on ops the moment they arrive (`NemesisKind.prompt`:
-client-pause). So the history is still written as the run goes and is readable after a
-crash up to the last complete line, at a small part of the cost of decoding each line
-(docs/benchmarks.md, "Harness overhead").
+does no work per line that C does not do for it. In the run's intake one pass in C
+(`_crecord.scan`) tests that every line of a block is in the layout, counts the lines
+by type and reads the critical-section events into rows (`EventRow`) without the JSON
+decoder; where it was not built, or a block has a line out of the usual shape, three
+counts and an ASCII test over the block do the layout test, `bytes.count` the types
+and the decoder the events. The writer then gives each line its `index`
+(`HistoryWriter.append_block`), one write and one flush per wake-up. A wake-up first
+waits for the other workers' lines: 50 ms (`QUIET_GATHER_S`) while no fault has asked
+who holds a lock, 5 ms (`GATHER_S`) once one has (`hurry`), not at all when a fault
+acts on ops the moment they arrive (`NemesisKind.prompt`: client-pause). So the history
+is still written as the run goes and is readable after a crash up to the last complete
+line, at a small part of the cost of decoding each line (docs/benchmarks.md, "Harness
+overhead").
 
-Observers (the progress counts, who holds a lock now) see, whole, the ops whose line
-contains one of the `wants` markers (critical-section events, resource writes: a
-substring test, which may let an extra line through but never misses one); of the
-others `count` gets how many of each type came, a wake-up at a time. A line not in the
-layout is dropped and counted, never written: a block with one takes the slow path,
+Observers (the progress counts, who holds a lock now) get the events as rows, and see
+whole the other ops whose line contains one of the `wants` markers (resource writes: a
+substring test, which may let an extra line through but never misses one), and any
+event line out of the usual shape; of the others `count` gets how many of each type
+came, a wake-up at a time. A line not in the layout, or an event whose value is not
+JSON, is dropped and counted, never written: a block with one takes the slow path,
 line by line.
 """
 
@@ -28,7 +33,6 @@ import json
 import os
 import selectors
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -42,6 +46,11 @@ CHUNK = 1 << 16
 # preempt a worker inside its critical section, which costs the others a backoff, and
 # about 75 us of the controller's CPU); a fault aimed at a holder sees it that much later
 GATHER_S = 0.005
+# while nobody watches who holds a lock (no fault has asked: `hurry` not called), a
+# wake-up gathers this long: the history and the progress counts are that much later,
+# and ten workers' lines cost 20 wake-ups a second (docs/benchmarks.md, "Harness
+# overhead": the controller's wake-ups cost the workers more than its work)
+QUIET_GATHER_S = 0.05
 _HEAD, _NEXT, _TAIL = b'{"time": ', b'\n{"time": ', b"}\n"
 # the types counted by search; "invoke", the most common, is what the others leave
 COUNTED = ("ok", "fail", "info", "event")
@@ -49,6 +58,11 @@ COUNTED = ("ok", "fail", "info", "event")
 # hold this very text, unescaped, to be miscounted (only the progress counts use it)
 _TYPE_MARKS = tuple((t, b'"type": "' + t.encode() + b'", "f": "') for t in COUNTED)
 _decode = json.JSONDecoder().raw_decode
+# a critical-section event, as the layout writes its type
+EVENT_MARK = b'"type": "event", "f": "'
+# an event line read without the JSON decoder: (where its line starts in the block,
+# time, process, f, key, worker, value as JSON text)
+EventRow = tuple[int, int, int, str, "str | None", int, str]
 
 
 def in_layout(line: bytes) -> bool:
@@ -99,6 +113,7 @@ class Batch:
     lines: int = 0
     whole: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     light: dict[str, int] = field(default_factory=dict)
+    events: list[EventRow] = field(default_factory=list)
 
 
 def only_in_layout(src: Source, block: bytes) -> bytes:
@@ -123,13 +138,54 @@ def wanted_lines(block: bytes, markers: Sequence[bytes]) -> list[tuple[int, int]
     return sorted(found)
 
 
-def read_whole(block: bytes, markers: Sequence[bytes]
+def py_event_rows(block: bytes) -> tuple[list[EventRow], list[tuple[int, int]]]:
+    """`_crecord.event_rows` in Python: the event lines of a block of lines in the
+    layout as rows; where the others that hold the event mark start and end."""
+    rows: list[EventRow] = []
+    odd: list[tuple[int, int]] = []
+    spans = wanted_lines(block, (EVENT_MARK,))
+    text = block.decode("ascii") if spans else ""
+    for start, end in spans:
+        try:
+            op, stop = _decode(text, start)
+        except ValueError:
+            op, stop = None, -1
+        if (stop == end - 1 and isinstance(op, dict) and op.get("type") == "event"
+                and all(type(op.get(k)) is int for k in ("time", "process", "worker"))
+                and type(op.get("f")) is str and type(op.get("key")) in (str, type(None))
+                and "value" in op):
+            rows.append((start, op["time"], op["process"], op["f"], op["key"],
+                         op["worker"], json.dumps(op["value"])))
+        else:
+            odd.append((start, end))
+    return rows, odd
+
+
+# (lines, (other, ok, fail, info, event) counts by type, event rows, odd event lines)
+Scanned = tuple[int, tuple[int, int, int, int, int], list[EventRow], list[tuple[int, int]]]
+
+
+def _compiled() -> tuple[Callable[[bytes], tuple[list[EventRow], list[tuple[int, int]]]],
+                         Callable[[bytes], Scanned | None] | None]:
+    try:
+        from lockcheck._crecord import event_rows, scan
+    except ImportError:
+        return py_event_rows, None
+    return event_rows, scan
+
+
+# `_crecord.event_rows` or `py_event_rows`; `_crecord.scan` (a block's lines, their
+# types and events in one pass), or None where it was not built
+event_rows, scan = _compiled()
+SCAN_TYPES = ("invoke", "ok", "fail", "info", "event")  # scan's "other" is counted as invoke
+
+
+def read_whole(block: bytes, wanted: list[tuple[int, int]]
                ) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
-    """The lines holding a marker, decoded, with where each starts; and where those
-    that are not one JSON object start and end."""
+    """The `wanted` lines (start, end), decoded, with where each starts; and where
+    those that are not one JSON object start and end."""
     whole: list[tuple[int, dict[str, Any]]] = []
     bad: list[tuple[int, int]] = []
-    wanted = wanted_lines(block, markers)
     text = block.decode("ascii") if wanted else ""  # ASCII: the same offsets
     for start, end in wanted:
         try:
@@ -152,14 +208,39 @@ def without(block: bytes, spans: list[tuple[int, int]]) -> bytes:
     return b"".join(kept)
 
 
+def light(by_type: Sequence[int], whole: list[dict[str, Any]], rows: int,
+          out: dict[str, int]) -> None:
+    """Add to `out` the counts `scan` made (in `SCAN_TYPES` order) of the lines not
+    read whole nor as event rows."""
+    seen: dict[Any, int] = {"event": rows}
+    for op in whole:
+        t = op.get("type")
+        seen[t] = seen.get(t, 0) + 1
+    for t, k in zip(SCAN_TYPES, by_type, strict=True):
+        k -= seen.get(t, 0)
+        if k > 0:
+            out[t] = out.get(t, 0) + k
+
+
 class Intake(threading.Thread):
+    """`observers` see whole each op whose line holds one of `wants`; `events`, when
+    given, gets the critical-section events as rows (`EventRow`, read without the JSON
+    decoder), a wake-up's worth at a time, and those lines are not given to the
+    observers unless they are out of the usual shape; `count` gets how many of each
+    type came of the rest. A wake-up gathers `gather_s`, or `hurried_s` once `hurry`
+    was called."""
+
     def __init__(self, writer: HistoryWriter, observers: Sequence[Observer],
                  wants: Sequence[bytes],
                  count: Callable[[dict[str, int]], None] | None = None,
-                 gather_s: float = GATHER_S) -> None:
+                 gather_s: float = GATHER_S,
+                 events: Callable[[list[EventRow]], None] | None = None,
+                 hurried_s: float | None = None) -> None:
         super().__init__(name="intake", daemon=True)
         self.writer, self.observers, self.wants = writer, list(observers), tuple(wants)
-        self.count, self.gather_s = count, gather_s
+        self.count, self.gather_s, self.events = count, gather_s, events
+        self.hurried_s = gather_s if hurried_s is None else min(gather_s, hurried_s)
+        self._hurried = threading.Event()
         # a type whose every line some marker picks out is seen whole: not counted
         self._marks = [(t, m) for t, m in _TYPE_MARKS if not any(w in m for w in self.wants)]
         self.sel = selectors.DefaultSelector()
@@ -181,6 +262,12 @@ class Intake(threading.Thread):
         self._wake()
         return src
 
+    def hurry(self) -> None:
+        """From now on gather `hurried_s` (a fault has started to watch the holders),
+        ending the gather under way. Any thread."""
+        self.gather_s = self.hurried_s
+        self._hurried.set()
+
     def _wake(self) -> None:
         with self._lock:
             if not self._done:  # after the end the fd number may belong to a new file
@@ -193,7 +280,8 @@ class Intake(threading.Thread):
             ready = self.sel.select()
             if self.gather_s and len(ready) < live:
                 # let the other workers' lines arrive too: one wake-up, one write for all
-                time.sleep(self.gather_s)
+                if self._hurried.wait(self.gather_s):
+                    self._hurried.clear()
                 ready = self.sel.select(0)
             for key, _ in ready:
                 if key.data is None:
@@ -228,13 +316,28 @@ class Intake(threading.Thread):
                     return
 
     def _take(self, src: Source, block: bytes, batch: Batch) -> None:
-        n = lines_in_layout(block) if block else 0
-        if n < 0:
-            block = only_in_layout(src, block)
-            n = block.count(b"\n")
-        if not n:
-            return
-        whole, bad = read_whole(block, self.wants)
+        # with events read as rows, one pass in C does the layout test, the counts and
+        # the rows, when every line is in the usual shape
+        scanned = scan(block) if block and self.events is not None and scan else None
+        by_type: tuple[int, ...] | None = None
+        rows: list[EventRow] = []
+        odd: list[tuple[int, int]] = []
+        if scanned is not None:
+            n, by_type, rows, odd = scanned
+        else:
+            n = lines_in_layout(block) if block else 0
+            if n < 0:
+                block = only_in_layout(src, block)
+                n = block.count(b"\n")
+            if not n:
+                return
+            if self.events is not None:
+                rows, odd = event_rows(block)
+        wanted = wanted_lines(block, self.wants)
+        if odd or (wanted and rows):
+            read = {start for start, *_ in rows}
+            wanted = sorted({*(w for w in wanted if w[0] not in read), *odd})
+        whole, bad = read_whole(block, wanted)
         if bad:  # in the layout but not JSON: drop those, then take the rest
             src.bad_lines += len(bad)
             self._take(src, without(block, bad), batch)
@@ -244,15 +347,22 @@ class Intake(threading.Thread):
             line += block.count(b"\n", pos, start)
             pos = start
             batch.whole.append((batch.lines + line, op))
-        self._count(block, n, [op for _, op in whole], batch.light)
+        ops = [op for _, op in whole]
+        if by_type is None:
+            self._count(block, n, ops, len(rows), batch.light)
+        else:
+            light(by_type, ops, len(rows), batch.light)
+        batch.events += rows
         batch.blocks.append(block)
         batch.lines += n
 
-    def _count(self, block: bytes, n: int, whole: list[dict[str, Any]],
+    def _count(self, block: bytes, n: int, whole: list[dict[str, Any]], rows: int,
                light: dict[str, int]) -> None:
-        """Add the types of the block's lines not read whole to `light`."""
-        rest = n - len(whole)
-        seen: dict[Any, int] = {}  # the types of the lines read whole: not counted again
+        """Add the types of the block's lines not read whole (nor as event rows) to
+        `light`."""
+        rest = n - len(whole) - rows
+        # the types of the lines read whole or as rows: not counted again
+        seen: dict[Any, int] = {"event": rows} if rows else {}
         for op in whole:
             t = op.get("type")
             seen[t] = seen.get(t, 0) + 1
@@ -266,6 +376,8 @@ class Intake(threading.Thread):
 
     def _deliver(self, batch: Batch) -> None:
         first = self.writer.append_block(b"".join(batch.blocks))
+        if batch.events and self.events is not None:
+            self.events(batch.events)
         for pos, op in batch.whole:
             op["index"] = first + pos
             for obs in self.observers:

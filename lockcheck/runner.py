@@ -39,7 +39,7 @@ from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError, HistoryWriter, Op, read_history_full
-from lockcheck.intake import GATHER_S, Intake
+from lockcheck.intake import GATHER_S, QUIET_GATHER_S, EventRow, Intake
 from lockcheck.interrupts import sigterm_as_interrupt
 from lockcheck.locks.api import ClientOptions
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
@@ -166,17 +166,26 @@ class Teardown:
 
 
 def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
-                   gather_s: float = GATHER_S) -> Intake:
-    """The workers' ops into the history, watched by the live counts (every op: events
-    and resource writes whole, the others by type) and by who holds a lock now (the
-    critical-section events)."""
+                   prompt: bool = False) -> Intake:
+    """The workers' ops into the history, watched by the live counts (every op: the
+    critical-section events as rows, resource writes whole, the others by type) and by
+    who holds a lock now (the events). With `prompt` each op is delivered as it comes;
+    otherwise a wake-up gathers `QUIET_GATHER_S` until a fault first asks who holds a
+    lock, `GATHER_S` after."""
     def observe(op: dict[str, Any]) -> None:
         stats.observe(op)
         if op["type"] == "event":
             holders.observe(op)
 
-    return Intake(writer, [observe], wants=(b'"type": "event"', b'"f": "write"'),
-                  count=stats.count, gather_s=gather_s)
+    def events(rows: list[EventRow]) -> None:
+        stats.events(rows)
+        holders.events(rows)
+
+    intake = Intake(writer, [observe], wants=(b'"f": "write"',), count=stats.count,
+                    gather_s=0.0 if prompt else QUIET_GATHER_S, events=events,
+                    hurried_s=GATHER_S)
+    holders.on_watch = intake.hurry
+    return intake
 
 
 class WorkerHandle:
@@ -273,8 +282,7 @@ class Run:
         self.holders = Holders()
         # a fault that acts on ops as they arrive (client-pause) needs them at once
         self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
-        self.intake = history_intake(self.writer, self.stats, self.holders,
-                                     gather_s=0.0 if self.prompt else GATHER_S)
+        self.intake = history_intake(self.writer, self.stats, self.holders, self.prompt)
         self.display = make_run_display(out, p.spec.name)
         self.started = time.monotonic()
         self.phase = "setup"

@@ -23,6 +23,7 @@ it slept.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import threading
@@ -30,18 +31,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockcheck.nemesis.api import Holding, RunContext, WorkerRef
 from lockcheck.workloads.stop_point import ARM, DISARM, EVENT
 
-# an enter as the intake saw it: (worker, process, key, fence, since_ns, granted_by,
-# refused_by), made a Holding only when a fault asks (most runs never do)
-_Entered = tuple[int, Any, str, Any, int, Any, Any]
+if TYPE_CHECKING:
+    from lockcheck.intake import EventRow
+
+# an enter as the intake saw it: (worker, process, key, value, since_ns), the value a
+# dict or its JSON text, made a Holding only when a fault asks (most runs never do)
+_Entered = tuple[int, Any, str, Any, int]
 
 
 class Holders:
-    """Who is inside a critical section right now, from the ops as they arrive."""
+    """Who is inside a critical section right now, from the ops as they arrive.
+
+    `on_watch`, if set, is called once, when a fault first asks (the intake then
+    delivers ops sooner: `Intake.hurry`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -56,6 +63,12 @@ class Holders:
         self._recent: deque[tuple[int, _Entered]] = deque(maxlen=256)  # (count, enter)
         # holders another process was granted the same lock from, while they were inside
         self._overtaken: set[tuple[str, int, int]] = set()
+        self.on_watch: Callable[[], None] | None = None
+
+    def _watched(self) -> None:
+        hook, self.on_watch = self.on_watch, None
+        if hook is not None:
+            hook()
 
     def observe(self, op: Mapping[str, Any]) -> None:
         # on every enter and exit of the run, in the intake's thread: kept cheap
@@ -64,32 +77,37 @@ class Holders:
         key = op.get("key")
         if key is None:
             return
-        f, p = op.get("f"), op.get("process")
         with self._lock:
-            if f == "enter":
-                worker = int(op.get("worker", -1))
-                self._entered.add(worker)
-                v = op.get("value")
-                v = v if isinstance(v, dict) else {}
-                for x in self._inside.values():
-                    if x[2] == key and x[1] != p:
-                        self._overtaken.add(_ident(_holding(x)))
-                held = self._inside[(key, p)] = (
-                    worker, p, key, v.get("fence"), int(op.get("time", 0)),
-                    v.get("granted_by"), v.get("refused_by"))
-                self._enters += 1
-                self._recent.append((self._enters, held))
+            self._event(int(op.get("time", 0)), op.get("process"), op.get("f"), key,
+                        int(op.get("worker", -1)), op.get("value"))
+
+    def events(self, rows: Sequence[EventRow]) -> None:
+        """A wake-up's events as rows (`observe` for each, without a dict per event)."""
+        with self._lock:
+            for _, t, p, f, key, worker, value in rows:
+                if key is not None:
+                    self._event(t, p, f, key, worker, value)
+
+    def _event(self, t: int, p: Any, f: Any, key: str, worker: int, value: Any) -> None:
+        if f == "enter":
+            self._entered.add(worker)
+            for x in self._inside.values():
+                if x[2] == key and x[1] != p:
+                    self._overtaken.add(_entered_ident(x))
+            held = self._inside[(key, p)] = (worker, p, key, value, t)
+            self._enters += 1
+            self._recent.append((self._enters, held))
+            self._notify()
+        elif f == "exit":
+            h = self._inside.pop((key, p), None)
+            if h is not None:
+                self._last_exit, self._exits = h, self._exits + 1
                 self._notify()
-            elif f == "exit":
-                h = self._inside.pop((key, p), None)
-                if h is not None:
-                    self._last_exit, self._exits = h, self._exits + 1
-                    self._notify()
-            elif f == EVENT:
-                self._stops.append(Holding(
-                    worker=int(op.get("worker", -1)), process=int(p if p is not None else -1),
-                    key=str(key), fence=None, since_ns=int(op.get("time", 0))))
-                self._notify()
+        elif f == EVENT:
+            self._stops.append(Holding(
+                worker=worker, process=int(p if p is not None else -1),
+                key=str(key), fence=None, since_ns=t))
+            self._notify()
 
     def _notify(self) -> None:
         if self._waiting:
@@ -104,6 +122,7 @@ class Holders:
             self._waiting -= 1
 
     def now(self) -> list[Holding]:
+        self._watched()
         with self._lock:
             return [_holding(e) for e in self._inside.values()]
 
@@ -113,6 +132,7 @@ class Holders:
         have their signal handlers: the signal would kill a worker still starting),
         telling them to stop at their next granted acquire; then wait for the first
         `stop-at-acquire` event of one of them. None if none came in time."""
+        self._watched()
         with self._lock:
             seen = len(self._stops)
             workers = {w for w in workers if w in self._entered}
@@ -133,6 +153,7 @@ class Holders:
                    accept: Callable[[Holding], bool] = lambda h: True) -> Holding | None:
         """The next holder to enter a critical section from now on (just granted) that
         `accept`s, or None if none does within `timeout` seconds."""
+        self._watched()
         with self._lock:
             seen = self._enters
             found: list[Holding] = []
@@ -149,12 +170,14 @@ class Holders:
 
     def taken_over(self, h: Holding) -> bool:
         """Another process was granted `h`'s lock while `h` was still inside."""
+        self._watched()
         with self._lock:
             return _ident(h) in self._overtaken
 
     def next_exit(self, timeout: float) -> Holding | None:
         """The next holder to leave its critical section from now on (it is releasing
         right now), or None if nobody does within `timeout` seconds."""
+        self._watched()
         with self._lock:
             seen = self._exits
             if not self._wait_for(lambda: self._exits != seen, timeout):
@@ -163,11 +186,22 @@ class Holders:
 
 
 def _holding(e: _Entered) -> Holding:
-    worker, p, key, fence, since, granted, refused = e
+    worker, p, key, value, since = e
+    if isinstance(value, str):  # an event row's JSON text
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    v = value if isinstance(value, dict) else {}
     return Holding(worker=worker, process=int(p if p is not None else -1), key=str(key),
-                   fence=fence, since_ns=since,
-                   granted_by=tuple(str(n) for n in granted or ()),
-                   refused_by=tuple(str(n) for n in refused or ()))
+                   fence=v.get("fence"), since_ns=since,
+                   granted_by=tuple(str(n) for n in v.get("granted_by") or ()),
+                   refused_by=tuple(str(n) for n in v.get("refused_by") or ()))
+
+
+def _entered_ident(e: _Entered) -> tuple[str, int, int]:
+    """`_ident(_holding(e))`, without decoding the value."""
+    return str(e[2]), int(e[1] if e[1] is not None else -1), e[4]
 
 
 def _ident(h: Holding) -> tuple[str, int, int]:

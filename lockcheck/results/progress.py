@@ -7,7 +7,10 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lockcheck.intake import EventRow
 
 
 class LiveStats:
@@ -54,6 +57,22 @@ class LiveStats:
                     self.stale_accepted += 1
                 elif t == "fail":
                     self.saves += 1
+
+    def events(self, rows: Sequence[EventRow]) -> None:
+        """The critical-section events of a wake-up, as rows (what `observe` does with
+        each, without a dict per event)."""
+        with self.lock:
+            self.ops += len(rows)
+            self.by_type["event"] = self.by_type.get("event", 0) + len(rows)
+            for _, t, p, f, key, _worker, _value in rows:
+                if key is None:
+                    continue
+                if f == "enter":
+                    self.open[(key, p)] = t
+                elif f == "exit":
+                    start = self.open.pop((key, p), None)
+                    if start is not None:
+                        self._close(key, p, start, t)
 
     def count(self, by_type: Mapping[str, int]) -> None:
         """Ops seen only by their type, a batch at a time: most of them (the intake

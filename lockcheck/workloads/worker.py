@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, SupportsIndex
+from typing import IO, Any, Protocol, SupportsIndex, cast
 
 from lockcheck.locks.api import (
     ClientOptions,
@@ -86,40 +86,44 @@ class WorkerConfig:
         return WorkerConfig(**d)
 
 
-# an op kept until it goes out: (time, process, type, f, key, value as JSON, error)
+# an op kept until it goes out, by the Python spool: (time, process, type, f, key, value
+# as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
 
 
 class Recorder:
     """Records ops as JSON lines. A lock, because a client library's own thread may log.
 
-    A call takes the time and keeps the op as it is (its value encoded at once unless
-    it is `Encoded`, so a caller's later change to it cannot reach the history); the
-    lines are made and written in bulk when they go out: before every sleep (`flush`)
-    and at the start of a round (the `invoke` of an acquire) if a millisecond has passed
-    since they last went; with `prompt` (a fault acts on ops as they arrive:
-    client-pause), at every op, whatever its type (an `event` of a critical section is
-    what the fault waits for), so that no line waits while the worker waits. So a
-    critical section costs an append per op, not the making of its lines
-    (docs/benchmarks.md, "Harness overhead"), and back-to-back rounds cost a write to the
-    pipe every millisecond or so instead of six per round. A worker killed mid-run loses
-    at most its last millisecond or round: what is recorded is always a prefix of what
-    it did, so what was lost reads as ops cut off (`info`), never as ok.
+    A call takes the time and puts the op's line into a spool (`_crecord.Spool`, in C:
+    a few hundred nanoseconds; where it was not built, `PySpool` keeps the op and makes
+    its line when it goes out). A value is encoded at the call unless it is `Encoded`,
+    so a caller's later change to it cannot reach the history. The lines are written
+    in bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of
+    an acquire) if a millisecond has passed since they last went; with `prompt` (a fault
+    acts on ops as they arrive: client-pause), at every op, whatever its type (an
+    `event` of a critical section is what the fault waits for), so that no line waits
+    while the worker waits. So back-to-back rounds cost a write to the pipe every
+    millisecond or so instead of six per round (docs/benchmarks.md, "Harness
+    overhead"). A worker killed mid-run loses at most its last millisecond or round:
+    what is recorded is always a prefix of what it did, so what was lost reads as ops
+    cut off (`info`), never as ok.
 
     The layout is fixed, `{"time": T, "process": P, "type": "t", "f": "f", "key": ...,
     "value": ..., ["error": ...,] "worker": W}`, ASCII, so that the controller can copy
     a line without decoding it (`lockcheck/intake.py`); only key, value and error go
-    through the JSON encoder."""
+    through the JSON encoder. `out` is a binary stream, or a text one (written the
+    lines decoded)."""
 
-    def __init__(self, out: IO[str], t0_ns: int, worker: int, prompt: bool = True) -> None:
-        self.out = out
+    def __init__(self, out: IO[str] | IO[bytes], t0_ns: int, worker: int,
+                 prompt: bool = True) -> None:
+        self.write = byte_sink(out)
         self.t0 = t0_ns
         self.worker = worker
         self.prompt = prompt
         self.lock = threading.Lock()
         self.broken = False
         self.flushed_ns = 0
-        self.pending: list[Pending] = []  # not yet written
+        self.spool = make_spool(worker)  # the lines not yet written
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
@@ -128,9 +132,8 @@ class Recorder:
     def record(self, t: int, process: int, type_: str, f: str, key: str | None, value: Any,
                error: str | None) -> None:
         """The op, at `t` ns since the start mark."""
-        v = value if type(value) is Encoded else "null" if value is None else _dumps(value)
         with self.lock:
-            self.pending.append((t, process, type_, f, key, v, error))
+            self.spool.add(t, process, type_, f, key, value, error)
             if self.prompt or (type_ == "invoke" and f == "acquire"
                                and t - self.flushed_ns >= ROUND_FLUSH_NS):
                 self._send(t)
@@ -141,14 +144,63 @@ class Recorder:
             self._send(time.monotonic_ns() - self.t0)
 
     def _send(self, now: int) -> None:
-        pending, self.pending = self.pending, []
         self.flushed_ns = now
         try:
-            if pending:
-                self.out.write(lines(self.worker, pending))
-            self.out.flush()
+            self.write(self.spool.take())
         except (BrokenPipeError, ValueError, OSError):
             self.broken = True  # the controller is gone: stop
+
+
+def byte_sink(out: IO[str] | IO[bytes]) -> Callable[[bytes], None]:
+    """Writes and flushes bytes into `out`: a binary stream; a text stream over one (what
+    is pending in the text stream goes first); or a text stream alone (a test's
+    StringIO), given the bytes decoded."""
+    if not isinstance(out, io.TextIOBase):
+        binary = cast(IO[bytes], out)
+
+        def put(data: bytes) -> None:
+            if data:
+                binary.write(data)
+            binary.flush()
+        return put
+    text = out
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        def put_text(data: bytes) -> None:
+            if data:
+                text.write(data.decode())
+            text.flush()
+        return put_text
+
+    def put_under(data: bytes) -> None:
+        text.flush()
+        if data:
+            buffer.write(data)
+        buffer.flush()
+    return put_under
+
+
+class PySpool:
+    """`_crecord.Spool` in Python, where it was not built: each op kept as it came, its
+    line made when the lines go out (`take`), outside the critical section."""
+
+    def __init__(self, worker: int, escape: Callable[[str], str],
+                 dumps: Callable[[Any], str], raw: type) -> None:
+        self.worker, self.dumps, self.raw = worker, dumps, raw
+        self.pending: list[Pending] = []
+
+    def add(self, t: int, process: Any, type_: str, f: str, key: str | None, value: Any,
+            error: str | None) -> None:
+        v = cast(str, value) if type(value) is self.raw else "null" if value is None else \
+            self.dumps(value)
+        self.pending.append((t, process, type_, f, key, v, error))
+
+    def take(self) -> bytes:
+        pending, self.pending = self.pending, []
+        return lines(self.worker, pending).encode() if pending else b""
+
+    def __len__(self) -> int:
+        return len(self.pending)
 
 
 def lines(worker: int, ops: list[Pending]) -> str:
@@ -192,6 +244,26 @@ class Encoded(str):
 ROUND_FLUSH_NS = 1_000_000  # without `prompt`: lines go out at least this often
 
 
+class Spool(Protocol):
+    def add(self, t: int, process: Any, type_: str, f: str, key: str | None, value: Any,
+            error: str | None, /) -> None: ...
+
+    def take(self) -> bytes: ...
+
+    def __len__(self) -> int: ...
+
+
+def make_spool(worker: int, compiled: bool = True) -> Spool:
+    """The compiled spool if it was built (and `compiled`), else the Python one."""
+    try:
+        from lockcheck._crecord import Spool as CSpool
+    except ImportError:
+        compiled = False
+    if compiled:
+        return cast(Spool, CSpool(worker, _string, _dumps, Encoded))
+    return PySpool(worker, _string, _dumps, Encoded)
+
+
 class AlternatingRecorder(Recorder):
     """What recording costs, measured in one run (benchmarks/bench_overhead.py): the
     same worker records in turns of `phase_s` from the start mark, off first. While
@@ -200,7 +272,8 @@ class AlternatingRecorder(Recorder):
 
     BUCKET_NS = 100_000_000
 
-    def __init__(self, out: IO[str], t0_ns: int, worker: int, phase_s: float) -> None:
+    def __init__(self, out: IO[str] | IO[bytes], t0_ns: int, worker: int,
+                 phase_s: float) -> None:
         super().__init__(out, t0_ns, worker, prompt=False)
         self.phase_ns = int(phase_s * 1e9)
         self.acquires: dict[int, int] = {}  # 100 ms bucket since t0 -> ok acquires, off
@@ -495,8 +568,11 @@ def main(argv: list[str]) -> int:
     cfg = WorkerConfig.from_json(argv[0])
     # a buffered stdout of our own: lines go out when the Recorder says, not at every
     # write because PYTHONUNBUFFERED happens to be set where the run was started
+    # (the Recorder writes bytes into the buffer; a library's print goes into it too,
+    # through the text layer, in order)
     raw = io.FileIO(sys.stdout.fileno(), "w", closefd=False)
-    sys.stdout = out = io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding="utf-8")
+    out = io.BufferedWriter(raw, 1 << 16)
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
     rec = Recorder(out, cfg.t0_ns, cfg.worker, cfg.prompt) \
         if cfg.record_phase_s is None else \
         AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s)

@@ -13,11 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockcheck.history import HistoryWriter, read_history
-from lockcheck.intake import Intake, in_layout
+from lockcheck.intake import GATHER_S, QUIET_GATHER_S, Intake, in_layout
+from lockcheck.nemesis.client_pause import Holders
+from lockcheck.results.progress import LiveStats
+from lockcheck.runner import history_intake
 from lockcheck.workloads.worker import Recorder
 
 
@@ -168,3 +172,111 @@ def test_the_lines_not_read_whole_are_counted_by_type(tmp_path: Path) -> None:
     count: dict[str, int] = {}
     _, seen = run_through(tmp_path, recorded(0, 5), count)
     assert count == {"invoke": 5, "ok": 5} and len(seen) == 10
+
+
+def through(tmp_path: Path, name: str, data: bytes, rows: bool) -> tuple[Any, Any, Any]:
+    """`data` through the run's intake (events read as rows) or through one that reads
+    them with the JSON decoder; the source, the live counts and the holders."""
+    writer = HistoryWriter(tmp_path / name)
+    stats, holders = LiveStats(), Holders()
+    if rows:
+        intake = history_intake(writer, stats, holders)
+    else:
+        def observe(op: dict[str, Any]) -> None:
+            stats.observe(op)
+            holders.observe(op)
+        intake = Intake(writer, [observe], wants=[b'"type": "event"', b'"f": "write"'],
+                        count=stats.count)
+    intake.start()
+    fd, t = feed(data, [len(data) // 3])
+    src = intake.add("w0", os.fdopen(fd, "rb"))
+    t.join()
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+    return src, stats, holders
+
+
+def test_events_read_as_rows_tell_the_observers_what_the_decoder_tells_them(
+        tmp_path: Path) -> None:
+    buf = io.StringIO()
+    rec = Recorder(buf, 0, 1)
+    for i in range(30):
+        p, key = i % 4, f"k{i % 3}" if i % 7 else 'k"\u00e9'  # an escaped key: decoded
+        lease = {"fence": i, "lease": f"t{i}", "granted_by": ["n1", "n2"]}
+        rec(p, "invoke", "acquire", key, {"ttl_ms": 100})
+        rec(p, "ok", "acquire", key, lease)
+        rec(p, "event", "enter", key, lease)
+        if i % 5:
+            rec(p, "event", "exit", key, {**lease, "reason": "done"})
+    for p, f in ((0, "enter"), (1, "enter"), (0, "exit"), (1, "exit")):  # two at once
+        rec(p, "event", f, "kx", {"fence": 99, "lease": f"x{p}"})
+    broken = b'{"time": 7, "process": 0, "type": "event", "f": "exit", "key": "k0", ' \
+             b'"value": {"fence": ], "worker": 1}\n'
+    data = buf.getvalue().encode()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    data = data[:cut] + broken + data[cut:]
+    a_src, a_stats, a_holders = through(tmp_path, "rows.jsonl", data, rows=True)
+    b_src, b_stats, b_holders = through(tmp_path, "decoded.jsonl", data, rows=False)
+    assert a_src.bad_lines == b_src.bad_lines == 1, "the event that is not JSON is dropped"
+    assert (tmp_path / "rows.jsonl").read_bytes() == (tmp_path / "decoded.jsonl").read_bytes()
+    assert (a_stats.ops, a_stats.by_type, a_stats.overlaps) == \
+        (b_stats.ops, b_stats.by_type, b_stats.overlaps)
+    assert a_stats.overlaps == 1 and a_stats.by_type["event"] == 30 + 24 + 4
+    assert a_holders.now() == b_holders.now() and len(a_holders.now()) == 2
+    assert {h.granted_by for h in a_holders.now()} == {("n1", "n2")}
+    assert [a_holders.taken_over(h) for h in b_holders.now()] == \
+        [b_holders.taken_over(h) for h in b_holders.now()]
+    assert any(a_holders.taken_over(h) for h in b_holders.now())
+
+
+def test_hurry_ends_a_long_gather(tmp_path: Path) -> None:
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    intake = Intake(writer, [], wants=[], gather_s=30.0, hurried_s=0.001)
+    intake.start()
+    quiet_r, quiet_w = os.pipe()  # a second worker that writes nothing: the intake gathers
+    r, w = os.pipe()
+    intake.add("w1", os.fdopen(quiet_r, "rb"))
+    src = intake.add("w0", os.fdopen(r, "rb"))
+    time.sleep(0.2)
+    os.write(w, recorded(0, 1))
+    time.sleep(0.2)  # the intake is in its 30 s gather now
+    intake.hurry()
+    deadline = time.monotonic() + 5
+    while len(writer) < 4:
+        assert time.monotonic() < deadline, "the gather was not cut short"
+        time.sleep(0.01)
+    os.write(w, recorded(0, 1))
+    deadline = time.monotonic() + 5
+    while len(writer) < 8:
+        assert time.monotonic() < deadline, "the next gather was not the hurried one"
+        time.sleep(0.01)
+    os.close(w)
+    os.close(quiet_w)
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("prompt", [False, True])
+def test_the_runs_intake_gathers_long_until_a_fault_asks_who_holds(tmp_path: Path,
+                                                                     prompt: bool) -> None:
+    holders = Holders()
+    intake = history_intake(HistoryWriter(tmp_path / "h.jsonl"), LiveStats(), holders, prompt)
+    assert intake.gather_s == (0.0 if prompt else QUIET_GATHER_S)
+    holders.next_exit(0.01)
+    assert intake.gather_s == (0.0 if prompt else GATHER_S)
+    holders.now()
+    assert intake.gather_s == (0.0 if prompt else GATHER_S)
+
+
+def test_the_runs_intake_drops_a_line_out_of_layout_too(tmp_path: Path) -> None:
+    """The one-pass scan of the run's intake leaves such a block to the line-by-line
+    path."""
+    odd = ('{"time": 7, "process": 0, "type": "ok", "f": "acquire", "key": "\u00e9", '
+           '"value": null, "worker": 0}\n').encode()
+    for i, bad in enumerate((odd, b"hello from a library\n")):
+        src, stats, _ = through(tmp_path, f"h{i}.jsonl", recorded(0, 1) + bad + recorded(0, 1),
+                                rows=True)
+        assert src.bad_lines == 1 and len(read_history(tmp_path / f"h{i}.jsonl")) == 8
+        assert stats.by_type == {"invoke": 2, "ok": 2, "event": 4}

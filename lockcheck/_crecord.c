@@ -1,0 +1,622 @@
+/* The history's lines made in C, at both ends of a worker's pipe.
+ *
+ * What recording costs a run is mostly Python work per op: a worker making each op's
+ * line, the controller giving each line its index. Both are done here, byte for byte as
+ * the Python code beside them does it (workloads/worker.py: lines, history.py:
+ * HistoryWriter.append_block), which stays as the path taken where this module was not
+ * built; tests/unit/test_crecord.py holds the two to the same output.
+ *
+ * Spool(worker, escape, dumps, raw): a worker's lines not yet sent. `add` writes one op's
+ * line into the buffer at the call (the Recorder's layout, workloads/worker.py); `take`
+ * hands over the bytes and empties it. `escape` is json's encode_basestring_ascii (for a
+ * key or error that is not plain ASCII), `dumps` the worker's JSON encoder (for a value
+ * not already JSON, and a process that is not an int), `raw` the str subclass whose
+ * values are JSON already (worker.Encoded).
+ *
+ * index_lines(block, first): each line of `block` (`{"...` lines, each ending in a
+ * newline) with `"index": N, ` put first, N counting from `first`.
+ */
+#define _GNU_SOURCE /* memmem */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    Py_ssize_t len, cap;
+    char tail[64]; /* `, "worker": W}\n` */
+    Py_ssize_t tail_len;
+    PyObject *escape, *dumps, *raw;
+} Spool;
+
+static int reserve(Spool *s, Py_ssize_t more) {
+    if (s->len + more <= s->cap)
+        return 0;
+    Py_ssize_t cap = s->cap ? s->cap : 4096;
+    while (cap < s->len + more)
+        cap *= 2;
+    char *b = PyMem_Realloc(s->buf, (size_t)cap);
+    if (b == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->buf = b;
+    s->cap = cap;
+    return 0;
+}
+
+static int put(Spool *s, const char *p, Py_ssize_t n) {
+    if (reserve(s, n) < 0)
+        return -1;
+    memcpy(s->buf + s->len, p, (size_t)n);
+    s->len += n;
+    return 0;
+}
+
+#define PUT_LIT(s, lit) put((s), (lit), (Py_ssize_t)(sizeof(lit) - 1))
+
+/* a str's UTF-8 as it is (a value already JSON, a type or f name) */
+static int put_text(Spool *s, PyObject *o) {
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(o, &n);
+    return p == NULL ? -1 : put(s, p, n);
+}
+
+/* what `f"{o}"` writes: an exact int by hand, anything else by format() */
+static int put_formatted(Spool *s, PyObject *o) {
+    if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow) {
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+            char d[24];
+            int n = snprintf(d, sizeof d, "%lld", v);
+            return put(s, d, n);
+        }
+    }
+    if (PyUnicode_CheckExact(o))
+        return put_text(s, o);
+    PyObject *str = PyObject_Format(o, NULL);
+    if (str == NULL)
+        return -1;
+    int r = put_text(s, str);
+    Py_DECREF(str);
+    return r;
+}
+
+/* the output of `f(o)`, a str */
+static int put_call(Spool *s, PyObject *f, PyObject *o) {
+    PyObject *r = PyObject_CallOneArg(f, o);
+    if (r == NULL)
+        return -1;
+    int ok = PyUnicode_Check(r) ? put_text(s, r) : -1;
+    if (ok < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "the encoder did not return a str");
+    Py_DECREF(r);
+    return ok;
+}
+
+/* a JSON string as encode_basestring_ascii writes it: plain ASCII quoted here, the rest
+ * by the encoder itself */
+static int put_string(Spool *s, PyObject *o) {
+    if (PyUnicode_CheckExact(o) && PyUnicode_IS_ASCII(o)) {
+        const unsigned char *p = PyUnicode_1BYTE_DATA(o);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+        Py_ssize_t i = 0;
+        while (i < n && p[i] >= ' ' && p[i] <= '~' && p[i] != '"' && p[i] != '\\')
+            i++;
+        if (i == n) {
+            if (reserve(s, n + 2) < 0)
+                return -1;
+            s->buf[s->len++] = '"';
+            memcpy(s->buf + s->len, p, (size_t)n);
+            s->len += n;
+            s->buf[s->len++] = '"';
+            return 0;
+        }
+    }
+    return put_call(s, s->escape, o);
+}
+
+static int put_line(Spool *s, PyObject *const *a) {
+    PyObject *t = a[0], *process = a[1], *type = a[2], *f = a[3], *key = a[4], *value = a[5],
+             *error = a[6];
+    if (PUT_LIT(s, "{\"time\": ") < 0 || put_formatted(s, t) < 0
+        || PUT_LIT(s, ", \"process\": ") < 0)
+        return -1;
+    if (PyLong_CheckExact(process) ? put_formatted(s, process) : put_call(s, s->dumps, process))
+        return -1;
+    if (PUT_LIT(s, ", \"type\": \"") < 0 || put_formatted(s, type) < 0
+        || PUT_LIT(s, "\", \"f\": \"") < 0 || put_formatted(s, f) < 0
+        || PUT_LIT(s, "\", \"key\": ") < 0)
+        return -1;
+    if (key == Py_None ? PUT_LIT(s, "null") : put_string(s, key))
+        return -1;
+    if (PUT_LIT(s, ", \"value\": ") < 0)
+        return -1;
+    int r;
+    if (Py_IS_TYPE(value, (PyTypeObject *)s->raw))
+        r = put_text(s, value);
+    else if (value == Py_None)
+        r = PUT_LIT(s, "null");
+    else
+        r = put_call(s, s->dumps, value);
+    if (r < 0)
+        return -1;
+    if (error != Py_None && (PUT_LIT(s, ", \"error\": ") < 0 || put_string(s, error) < 0))
+        return -1;
+    return put(s, s->tail, s->tail_len);
+}
+
+static PyObject *spool_add(Spool *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "add(time, process, type, f, key, value, error) takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = s->len;
+    if (put_line(s, args) < 0) {
+        s->len = start; /* nothing of a line that failed */
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *spool_take(Spool *s, PyObject *unused) {
+    PyObject *out = PyBytes_FromStringAndSize(s->buf, s->len);
+    if (out != NULL)
+        s->len = 0;
+    return out;
+}
+
+static Py_ssize_t spool_length(Spool *s) { return s->len; }
+
+static int spool_init(Spool *s, PyObject *args, PyObject *kw) {
+    long long worker;
+    PyObject *escape, *dumps, *raw;
+    static char *names[] = {"worker", "escape", "dumps", "raw", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOO", names, &worker, &escape, &dumps, &raw))
+        return -1;
+    if (!PyType_Check(raw)) {
+        PyErr_SetString(PyExc_TypeError, "raw must be a type");
+        return -1;
+    }
+    s->tail_len = snprintf(s->tail, sizeof s->tail, ", \"worker\": %lld}\n", worker);
+    Py_XSETREF(s->escape, Py_NewRef(escape));
+    Py_XSETREF(s->dumps, Py_NewRef(dumps));
+    Py_XSETREF(s->raw, Py_NewRef(raw));
+    s->len = 0;
+    return 0;
+}
+
+static int spool_traverse(Spool *s, visitproc visit, void *arg) {
+    Py_VISIT(s->escape);
+    Py_VISIT(s->dumps);
+    Py_VISIT(s->raw);
+    return 0;
+}
+
+static int spool_clear(Spool *s) {
+    Py_CLEAR(s->escape);
+    Py_CLEAR(s->dumps);
+    Py_CLEAR(s->raw);
+    return 0;
+}
+
+static void spool_dealloc(Spool *s) {
+    PyObject_GC_UnTrack(s);
+    spool_clear(s);
+    PyMem_Free(s->buf);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyMethodDef spool_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))spool_add, METH_FASTCALL,
+     "add(time, process, type, f, key, value, error): one op's line into the buffer."},
+    {"take", (PyCFunction)spool_take, METH_NOARGS, "The lines so far, as bytes; empties it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods spool_as_sequence = {.sq_length = (lenfunc)spool_length};
+
+static PyTypeObject SpoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lockcheck._crecord.Spool",
+    .tp_basicsize = sizeof(Spool),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A worker's history lines not yet sent (the Recorder's layout).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)spool_init,
+    .tp_dealloc = (destructor)spool_dealloc,
+    .tp_traverse = (traverseproc)spool_traverse,
+    .tp_clear = (inquiry)spool_clear,
+    .tp_methods = spool_methods,
+    .tp_as_sequence = &spool_as_sequence,
+};
+
+static PyObject *index_lines(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer in;
+    long long first;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "index_lines(block, first) takes 2 arguments");
+        return NULL;
+    }
+    first = PyLong_AsLongLong(args[1]);
+    if (first == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const char *p = in.buf, *end = p + in.len;
+    Py_ssize_t lines = 0;
+    for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++)
+        lines++;
+    /* `{"index": N, ` for `{`: at most 32 bytes more a line */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, in.len + lines * 32);
+    if (out == NULL) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    char *w = PyBytes_AS_STRING(out);
+    long long i = first;
+    const char *nl;
+    /* complete lines only: what follows the last newline is not a line */
+    while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        const char *stop = nl + 1;
+        if (*p != '{') {
+            PyBuffer_Release(&in);
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "a line that does not start with {");
+            return NULL;
+        }
+        w += sprintf(w, "{\"index\": %lld, ", i++);
+        memcpy(w, p + 1, (size_t)(stop - p - 1));
+        w += stop - p - 1;
+        p = stop;
+    }
+    Py_ssize_t n = w - PyBytes_AS_STRING(out);
+    PyBuffer_Release(&in);
+    if (_PyBytes_Resize(&out, n) < 0)
+        return NULL;
+    return out;
+}
+
+
+/* ---- event_rows: the critical-section events of a block, without a JSON decoder ---- */
+
+#define MARK "\"type\": \"event\", \"f\": \""
+
+/* an integer of at most 18 digits at *p, moving *p past it */
+static int read_int(const char **p, const char *end, long long *out) {
+    const char *q = *p;
+    int neg = 0;
+    if (q < end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    const char *first = q;
+    long long v = 0;
+    while (q < end && *q >= '0' && *q <= '9' && q - first < 18)
+        v = v * 10 + (*q++ - '0');
+    if (q == first || (q < end && *q >= '0' && *q <= '9'))
+        return -1;
+    *out = neg ? -v : v;
+    *p = q;
+    return 0;
+}
+
+static int expect(const char **p, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0)
+        return -1;
+    *p += n;
+    return 0;
+}
+
+/* a JSON string without escapes at *p (after its opening quote), to its closing quote */
+static int read_plain(const char **p, const char *end, const char **s, Py_ssize_t *n) {
+    const char *q = *p;
+    while (q < end && *q != '"' && *q != '\\' && (unsigned char)*q >= ' ')
+        q++;
+    if (q >= end || *q != '"')
+        return -1;
+    *s = *p;
+    *n = q - *p;
+    *p = q + 1;
+    return 0;
+}
+
+
+/* whether [p, end) is one JSON value as Python's json.loads reads it (NaN and
+ * Infinity included, as the worker's encoder may write them), nested at most 64 deep */
+static const char *json_value(const char *p, const char *end, int depth);
+
+static const char *json_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        p++;
+    return p;
+}
+
+static const char *json_string(const char *p, const char *end) {
+    for (p++; p < end; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"')
+            return p + 1;
+        if (c < ' ')
+            return NULL;
+        if (c == '\\') {
+            if (++p >= end)
+                return NULL;
+            if (*p == 'u') {
+                for (int i = 0; i < 4; i++)
+                    if (++p >= end || !((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')
+                                        || (*p >= 'A' && *p <= 'F')))
+                        return NULL;
+            } else if (!strchr("\"\\/bfnrt", *p) || *p == '\0') {
+                return NULL;
+            }
+        }
+    }
+    return NULL;
+}
+
+static const char *json_digits(const char *p, const char *end) {
+    const char *q = p;
+    while (q < end && *q >= '0' && *q <= '9')
+        q++;
+    return q == p ? NULL : q;
+}
+
+static const char *json_number(const char *p, const char *end) {
+    if (*p == '-')
+        p++;
+    if (end - p >= 8 && memcmp(p, "Infinity", 8) == 0)
+        return p + 8;
+    if (p < end && *p == '0')
+        p++;
+    else if ((p = json_digits(p, end)) == NULL)
+        return NULL;
+    if (p < end && *p == '.' && (p = json_digits(p + 1, end)) == NULL)
+        return NULL;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if ((p = json_digits(p, end)) == NULL)
+            return NULL;
+    }
+    return p;
+}
+
+static const char *json_word(const char *p, const char *end, const char *w) {
+    size_t n = strlen(w);
+    return (size_t)(end - p) >= n && memcmp(p, w, n) == 0 ? p + n : NULL;
+}
+
+static const char *json_value(const char *p, const char *end, int depth) {
+    p = json_ws(p, end);
+    if (p >= end || depth > 64)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return json_string(p, end);
+    case '{':
+    case '[': {
+        char close = *p == '{' ? '}' : ']';
+        int object = *p == '{';
+        p = json_ws(p + 1, end);
+        if (p < end && *p == close)
+            return p + 1;
+        for (;;) {
+            if (object) {
+                p = json_ws(p, end);
+                if (p >= end || *p != '"' || (p = json_string(p, end)) == NULL)
+                    return NULL;
+                p = json_ws(p, end);
+                if (p >= end || *p++ != ':')
+                    return NULL;
+            }
+            if ((p = json_value(p, end, depth + 1)) == NULL)
+                return NULL;
+            p = json_ws(p, end);
+            if (p < end && *p == ',') {
+                p++;
+                continue;
+            }
+            return p < end && *p == close ? p + 1 : NULL;
+        }
+    }
+    case 't':
+        return json_word(p, end, "true");
+    case 'f':
+        return json_word(p, end, "false");
+    case 'n':
+        return json_word(p, end, "null");
+    case 'N':
+        return json_word(p, end, "NaN");
+    default:
+        return (*p == '-' || (*p >= '0' && *p <= '9') || *p == 'I') ? json_number(p, end) : NULL;
+    }
+}
+
+/* one event line [s, e) (e at its newline) as a row, or NULL (not in the usual shape;
+ * no Python error set) */
+static PyObject *event_row(const char *s, const char *e, Py_ssize_t start) {
+    const char *p = s, *f, *key = NULL, *v;
+    Py_ssize_t fn, kn = 0;
+    long long t, process, worker;
+    if (expect(&p, e, "{\"time\": ") || read_int(&p, e, &t) || expect(&p, e, ", \"process\": ")
+        || read_int(&p, e, &process) || expect(&p, e, ", " MARK)
+        || read_plain(&p, e, &f, &fn) || expect(&p, e, ", \"key\": "))
+        return NULL;
+    if (expect(&p, e, "null") != 0) {
+        if (expect(&p, e, "\"") || read_plain(&p, e, &key, &kn))
+            return NULL;
+    }
+    if (expect(&p, e, ", \"value\": "))
+        return NULL;
+    v = p;
+    /* the tail, `, "worker": W}`: the last `, "worker": ` of the line */
+    static const char tail[] = ", \"worker\": ";
+    const char *w = NULL;
+    for (const char *q = e - (Py_ssize_t)(sizeof tail - 1); q > v; q--) {
+        if (*q == ',' && memcmp(q, tail, sizeof tail - 1) == 0) {
+            w = q;
+            break;
+        }
+    }
+    if (w == NULL)
+        return NULL;
+    const char *q = w + sizeof tail - 1;
+    if (read_int(&q, e, &worker) || q != e - 1 || *q != '}')
+        return NULL;
+    const char *after = json_value(v, w, 0);
+    if (after == NULL || json_ws(after, w) != w) /* not JSON: the slow path drops it */
+        return NULL;
+    PyObject *row = PyTuple_New(7);
+    if (row == NULL)
+        return NULL;
+    PyObject *k = key == NULL ? Py_NewRef(Py_None) : PyUnicode_FromStringAndSize(key, kn);
+    PyObject *items[7] = {PyLong_FromSsize_t(start), PyLong_FromLongLong(t),
+                          PyLong_FromLongLong(process), PyUnicode_FromStringAndSize(f, fn), k,
+                          PyLong_FromLongLong(worker),
+                          PyUnicode_FromStringAndSize(v, (Py_ssize_t)(w - v))};
+    for (int i = 0; i < 7; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 7; j++)
+                Py_XDECREF(items[j]);
+            Py_DECREF(row);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 7; i++)
+        PyTuple_SET_ITEM(row, i, items[i]);
+    return row;
+}
+
+/* the event line [s, e) (starting at `start` in its block, its newline ending before
+ * `stop`) onto `rows`, or its (start, stop) onto `odd` if it is not in the usual shape */
+static int take_event(Py_ssize_t start, Py_ssize_t stop, const char *s, const char *e,
+                      PyObject *rows, PyObject *odd) {
+    PyObject *row = event_row(s, e, start);
+    if (row == NULL && PyErr_Occurred())
+        return -1;
+    if (row == NULL)
+        row = Py_BuildValue("(nn)", start, stop);
+    if (row == NULL)
+        return -1;
+    int r = PyList_Append(PyTuple_GET_SIZE(row) == 2 ? odd : rows, row);
+    Py_DECREF(row);
+    return r;
+}
+
+static PyObject *event_rows(PyObject *mod, PyObject *arg) {
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const char *buf = in.buf, *end = buf + in.len;
+    PyObject *rows = PyList_New(0), *odd = PyList_New(0), *out = NULL;
+    if (rows == NULL || odd == NULL)
+        goto done;
+    const char *from = buf;
+    const char *m;
+    while ((m = memmem(from, (size_t)(end - from), MARK, sizeof MARK - 1)) != NULL) {
+        const char *s = m;
+        while (s > buf && s[-1] != '\n')
+            s--;
+        const char *e = memchr(m, '\n', (size_t)(end - m));
+        if (e == NULL)
+            e = end;
+        if (take_event(s - buf, e - buf + (e < end), s, e, rows, odd) < 0)
+            goto done;
+        from = e < end ? e + 1 : end;
+    }
+    out = PyTuple_Pack(2, rows, odd);
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(odd);
+    PyBuffer_Release(&in);
+    return out;
+}
+
+/* scan(block): one pass over a block of lines. None if a line is out of the usual
+ * shape (not the layout's head and tail, not ASCII, a process that is not an integer,
+ * the block not ending in a newline): the caller takes the Python path. Else (lines,
+ * (other, ok, fail, info, event) counts by type, event rows, odd event lines) as
+ * event_rows gives them. */
+static PyObject *scan(PyObject *mod, PyObject *arg) {
+    static const char *types[] = {"ok", "fail", "info", "event"};
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const char *buf = in.buf, *end = buf + in.len, *s = buf;
+    long long counts[5] = {0, 0, 0, 0, 0};
+    Py_ssize_t lines = 0;
+    PyObject *rows = PyList_New(0), *odd = PyList_New(0), *out = NULL;
+    if (rows == NULL || odd == NULL)
+        goto done;
+    if (in.len == 0 || end[-1] != '\n')
+        goto unusual;
+    while (s < end) {
+        const char *e = memchr(s, '\n', (size_t)(end - s)), *p = s, *ty;
+        Py_ssize_t tn;
+        long long ignored;
+        for (const char *q = s; q < e; q++)
+            if ((unsigned char)*q & 0x80)
+                goto unusual;
+        if (e - s < 2 || e[-1] != '}' || expect(&p, e, "{\"time\": ") || read_int(&p, e, &ignored)
+            || expect(&p, e, ", \"process\": ") || read_int(&p, e, &ignored)
+            || expect(&p, e, ", \"type\": \"") || read_plain(&p, e, &ty, &tn))
+            goto unusual;
+        int kind = 0;
+        for (int i = 0; i < 4; i++)
+            if ((size_t)tn == strlen(types[i]) && memcmp(ty, types[i], (size_t)tn) == 0)
+                kind = i + 1;
+        counts[kind]++;
+        if (kind == 4) {
+            if (take_event(s - buf, e + 1 - buf, s, e, rows, odd) < 0)
+                goto done;
+        }
+        lines++;
+        s = e + 1;
+    }
+    out = Py_BuildValue("(n(LLLLL)OO)", lines, counts[0], counts[1], counts[2], counts[3],
+                        counts[4], rows, odd);
+    goto done;
+unusual:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(odd);
+    PyBuffer_Release(&in);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"index_lines", (PyCFunction)(void (*)(void))index_lines, METH_FASTCALL,
+     "index_lines(block, first): each line with `\"index\": N, ` put first."},
+    {"scan", (PyCFunction)scan, METH_O,
+     "scan(block): None if a line is out of the usual shape, else (lines, (other, ok, "
+     "fail, info, event) counts, event rows, odd event lines)."},
+    {"event_rows", (PyCFunction)event_rows, METH_O,
+     "event_rows(block): (rows, odd): each event line in the usual shape as (start, time, "
+     "process, f, key, worker, value as JSON text); the (start, end) of the others."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_crecord", "The history's lines made in C.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__crecord(void) {
+    if (PyType_Ready(&SpoolType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Spool", (PyObject *)&SpoolType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

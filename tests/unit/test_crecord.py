@@ -1,0 +1,172 @@
+"""The history's lines made in C (`lockcheck/_crecord.c`) against the Python code they
+stand in for, byte for byte: a worker's spool, the controller's indexes, the event rows
+read without the JSON decoder (which must take exactly the lines json takes)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockcheck.history import py_index_lines
+from lockcheck.intake import py_event_rows
+from lockcheck.locks.api import Lease
+from lockcheck.workloads.worker import Encoded, LeaseValues, PySpool, _dumps, _string, lines
+
+crecord = pytest.importorskip("lockcheck._crecord",
+                              reason="the compiled recorder was not built (no C compiler)")
+
+# ASCII often (quotes, backslashes, control characters: the cases the fast path must
+# leave to the encoder), any code point too (non-ASCII, surrogate pairs)
+texts = st.text(st.characters(max_codepoint=0x7f), max_size=8) | st.text(max_size=8)
+scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | texts
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(texts, inner, max_size=3), max_leaves=8)
+processes = st.integers(-10**20, 10**20) | st.booleans() | texts | st.none()
+ops = st.tuples(st.integers(0, 2**66), processes, st.sampled_from(["invoke", "ok", "event"]),
+                st.sampled_from(["acquire", "enter", "write"]), st.none() | texts,
+                values | st.builds(lambda v: Encoded(_dumps(v)), values),
+                st.none() | texts)
+
+
+def spools(worker: int) -> tuple[Any, PySpool]:
+    return (crecord.Spool(worker, _string, _dumps, Encoded),
+            PySpool(worker, _string, _dumps, Encoded))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6), st.lists(ops, max_size=8))
+def test_the_compiled_spool_writes_what_the_python_one_writes(worker: int,
+                                                               batch: list[Any]) -> None:
+    c, py = spools(worker)
+    for op in batch:
+        c.add(*op)
+        py.add(*op)
+    assert c.take() == py.take()
+    assert c.take() == b"" and len(c) == 0  # taken: empty
+
+
+def test_a_value_that_cannot_be_encoded_leaves_nothing_of_its_line() -> None:
+    c, _ = spools(1)
+    c.add(1, 2, "invoke", "acquire", "k", {"ttl_ms": 5}, None)
+    kept = c.take()
+    c.add(1, 2, "invoke", "acquire", "k", {"ttl_ms": 5}, None)
+    with pytest.raises(TypeError):
+        c.add(3, 2, "ok", "acquire", "k", {"x": object()}, None)
+    with pytest.raises(TypeError):
+        c.add(3, 2, "ok", "acquire", 7, None, None)  # a key that is not a string
+    assert c.take() == kept
+
+
+def test_the_lines_are_the_python_lines() -> None:
+    c, _ = spools(4)
+    v = LeaseValues()(Lease(key="k0", token="t-1", fence=3, ttl_ms=100, valid_until_ns=0),
+                      reason="done")
+    c.add(10, 15, "event", "exit", 'k"0\u00e9', v, "gone\n")
+    assert c.take().decode() == lines(4, [(10, 15, "event", "exit", 'k"0\u00e9', v, "gone\n")])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=30).map(lambda b: b"{" + b.replace(b"\n", b" ")),
+                max_size=6), st.integers(0, 10**12), st.binary(max_size=10))
+def test_indexes_are_put_first_as_in_python(lines_: list[bytes], first: int,
+                                            partial: bytes) -> None:
+    block = b"".join(line + b"\n" for line in lines_) + partial.replace(b"\n", b"")
+    assert crecord.index_lines(block, first) == py_index_lines(block, first)[0]
+
+
+def event_line(t: Any, p: Any, f: str, key: Any, value: str, worker: Any) -> bytes:
+    return (f'{{"time": {t}, "process": {p}, "type": "event", "f": "{f}", "key": {key}, '
+            f'"value": {value}, "worker": {worker}}}\n').encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**17), st.integers(-5, 10**17),
+                          st.sampled_from(["enter", "exit", "stop-at-acquire"]),
+                          st.none() | texts, values, st.integers(0, 99)), max_size=5))
+def test_event_rows_are_what_json_reads(events: list[Any]) -> None:
+    block = b"".join(
+        event_line(t, p, f, "null" if k is None else _string(k), _dumps(v), w)
+        + b'{"time": 1, "process": 2, "type": "ok", "f": "acquire", "key": null, '
+          b'"value": null, "worker": 0}\n'
+        for t, p, f, k, v, w in events)
+    rows, odd = crecord.event_rows(block)
+    py_rows, py_odd = py_event_rows(block)
+    # a key with escapes is left to the JSON decoder: odd in C, a row in Python
+    assert len(rows) + len(odd) == len(py_rows) + len(py_odd) == len(events)
+    assert len(odd) == sum(1 for e in events if e[3] is not None and _string(e[3]) != f'"{e[3]}"')
+    by_start = {r[0]: r for r in py_rows}
+    for row in rows:
+        want = by_start[row[0]]
+        assert row[:6] == want[:6]
+        assert same(json.loads(row[6]), json.loads(want[6]))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, NaN included."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+NEAR_JSON = ['"a\tb"', '"\x01"', '[1,]', '{"a": 1,}', '1.', '.5', '-', '01', '"\\x"',
+             '"\\u12g4"', '"\\u00e9"', 'NaN', '-Infinity', '-NaN', '1e5', '1E+5', '2e',
+             'tru', ' 1 ', '{"a" 1}', '{1: 2}', '[[[]]]', '{"a": [1, {"b": null}]}', '"',
+             '"\\"', '[1 2]', '-0.0e-0', '+1', 'true false']
+
+
+@pytest.mark.parametrize("near", NEAR_JSON)
+def test_near_json_is_judged_as_json_judges_it(near: str) -> None:
+    judged_as_json_judges(near)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet='{}[]",:0123456789.-+eEtrufalsnNIiy \\/bu\t\x01', max_size=16)
+       | st.builds(lambda v, cut: _dumps(v)[:cut] + _dumps(v)[cut + 1:], values,
+                   st.integers(0, 40)))
+def test_a_value_is_taken_as_json_exactly_when_json_takes_it(value: str) -> None:
+    judged_as_json_judges(value)
+
+
+def judged_as_json_judges(value: str) -> None:
+    """The rows' JSON check against json itself, on near-JSON text."""
+    if "\n" in value:
+        return
+    line = event_line(5, 1, "enter", '"k"', value, 2)
+    rows, odd = crecord.event_rows(line)
+    try:
+        json.loads(value)
+        valid = True
+    except ValueError:
+        valid = False
+    if valid:
+        assert len(rows) == 1 and rows[0][6] == value
+    elif rows:
+        # text json refuses is never a row
+        pytest.fail(f"taken as JSON: {value!r}")
+    else:
+        assert odd == [(0, len(line))]
+
+
+HEAD = b'{"time": 5, "process": 1, "type": "event", "f": "enter", '
+
+
+@pytest.mark.parametrize("line", [
+    b'{"time": 5, "process": "x", "type": "event", "f": "enter", "key": "k", "value": 1, '
+    b'"worker": 2}\n',
+    HEAD + b'"key": "k", "value": 1, "worker": 2.5}\n',
+    HEAD + b'"key": "k", "value": 1, "worker": 2, "x": 1}\n',
+    HEAD.replace(b"5", b"1234567890123456789") + b'"key": "k", "value": 1, "worker": 2}\n',
+    HEAD + b'"key": "k", "value": , "worker": 2}\n',
+    HEAD + b'"key": "k\\"", "value": 1, "worker": 2}\n',
+])
+def test_an_event_line_out_of_the_usual_shape_is_left_to_the_decoder(line: bytes) -> None:
+    assert crecord.event_rows(line) == ([], [(0, len(line))])
