@@ -141,24 +141,19 @@ def wanted_lines(block: bytes, markers: Sequence[bytes]) -> list[tuple[int, int]
 def py_event_rows(block: bytes) -> tuple[list[EventRow], list[tuple[int, int]]]:
     """`_crecord.event_rows` in Python: the event lines of a block of lines in the
     layout as rows; where the others that hold the event mark start and end."""
-    rows: list[EventRow] = []
-    odd: list[tuple[int, int]] = []
     spans = wanted_lines(block, (EVENT_MARK,))
-    text = block.decode("ascii") if spans else ""
-    for start, end in spans:
-        try:
-            op, stop = _decode(text, start)
-        except ValueError:
-            op, stop = None, -1
-        if (stop == end - 1 and isinstance(op, dict) and op.get("type") == "event"
+    whole, odd = read_whole(block, spans)
+    ends = dict(spans)
+    rows: list[EventRow] = []
+    for start, op in whole:
+        if (op.get("type") == "event" and type(op.get("f")) is str
                 and all(type(op.get(k)) is int for k in ("time", "process", "worker"))
-                and type(op.get("f")) is str and type(op.get("key")) in (str, type(None))
-                and "value" in op):
+                and type(op.get("key")) in (str, type(None)) and "value" in op):
             rows.append((start, op["time"], op["process"], op["f"], op["key"],
                          op["worker"], json.dumps(op["value"])))
         else:
-            odd.append((start, end))
-    return rows, odd
+            odd.append((start, ends[start]))
+    return rows, sorted(odd)
 
 
 # (lines, (other, ok, fail, info, event) counts by type, event rows, odd event lines)
@@ -177,7 +172,7 @@ def _compiled() -> tuple[Callable[[bytes], tuple[list[EventRow], list[tuple[int,
 # `_crecord.event_rows` or `py_event_rows`; `_crecord.scan` (a block's lines, their
 # types and events in one pass), or None where it was not built
 event_rows, scan = _compiled()
-SCAN_TYPES = ("invoke", "ok", "fail", "info", "event")  # scan's "other" is counted as invoke
+SCAN_TYPES = ("invoke", *COUNTED)  # scan's "other" is counted as invoke
 
 
 def read_whole(block: bytes, wanted: list[tuple[int, int]]
@@ -208,10 +203,17 @@ def without(block: bytes, spans: list[tuple[int, int]]) -> bytes:
     return b"".join(kept)
 
 
+def type_counts(block: bytes, n: int) -> tuple[int, ...]:
+    """`scan`'s counts by type, in `SCAN_TYPES` order, by substring search over a block
+    of `n` lines in the layout (the rest is counted as invoke)."""
+    counted = [block.count(mark) for _, mark in _TYPE_MARKS]
+    return (n - sum(counted), *counted)
+
+
 def light(by_type: Sequence[int], whole: list[dict[str, Any]], rows: int,
           out: dict[str, int]) -> None:
-    """Add to `out` the counts `scan` made (in `SCAN_TYPES` order) of the lines not
-    read whole nor as event rows."""
+    """Add to `out` the counts by type (in `SCAN_TYPES` order) of the lines not read
+    whole nor as event rows."""
     seen: dict[Any, int] = {"event": rows}
     for op in whole:
         t = op.get("type")
@@ -241,8 +243,6 @@ class Intake(threading.Thread):
         self.count, self.gather_s, self.events = count, gather_s, events
         self.hurried_s = gather_s if hurried_s is None else min(gather_s, hurried_s)
         self._hurried = threading.Event()
-        # a type whose every line some marker picks out is seen whole: not counted
-        self._marks = [(t, m) for t, m in _TYPE_MARKS if not any(w in m for w in self.wants)]
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
@@ -347,32 +347,12 @@ class Intake(threading.Thread):
             line += block.count(b"\n", pos, start)
             pos = start
             batch.whole.append((batch.lines + line, op))
-        ops = [op for _, op in whole]
         if by_type is None:
-            self._count(block, n, ops, len(rows), batch.light)
-        else:
-            light(by_type, ops, len(rows), batch.light)
+            by_type = type_counts(block, n)
+        light(by_type, [op for _, op in whole], len(rows), batch.light)
         batch.events += rows
         batch.blocks.append(block)
         batch.lines += n
-
-    def _count(self, block: bytes, n: int, whole: list[dict[str, Any]], rows: int,
-               light: dict[str, int]) -> None:
-        """Add the types of the block's lines not read whole (nor as event rows) to
-        `light`."""
-        rest = n - len(whole) - rows
-        # the types of the lines read whole or as rows: not counted again
-        seen: dict[Any, int] = {"event": rows} if rows else {}
-        for op in whole:
-            t = op.get("type")
-            seen[t] = seen.get(t, 0) + 1
-        for t, mark in self._marks:
-            k = block.count(mark) - seen.get(t, 0)
-            if k > 0:
-                light[t] = light.get(t, 0) + k
-                rest -= k
-        if rest > 0:
-            light["invoke"] = light.get("invoke", 0) + rest
 
     def _deliver(self, batch: Batch) -> None:
         first = self.writer.append_block(b"".join(batch.blocks))

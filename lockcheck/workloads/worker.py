@@ -199,9 +199,6 @@ class PySpool:
         pending, self.pending = self.pending, []
         return lines(self.worker, pending).encode() if pending else b""
 
-    def __len__(self) -> int:
-        return len(self.pending)
-
 
 def lines(worker: int, ops: list[Pending]) -> str:
     """The Recorder's lines for `ops`, in one string."""
@@ -249,8 +246,6 @@ class Spool(Protocol):
             error: str | None, /) -> None: ...
 
     def take(self) -> bytes: ...
-
-    def __len__(self) -> int: ...
 
 
 def make_spool(worker: int, compiled: bool = True) -> Spool:
