@@ -49,6 +49,10 @@ class Backend:
     # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
     # so `client-pause --pause-at acquire` can stop it there
     stops_at_reply: bool = False
+    # the client's release is a check then an act and it calls
+    # `ClientOptions.at_release_check` between them, so `client-pause --pause-at release`
+    # stops it there; other clients are stopped from outside as they start to release
+    stops_at_release: bool = False
     # a server of lockcheck's own rather than a lock service people deploy: runnable
     # without root (`--provider inproc`), left out of test-all's default matrix
     own_server: bool = False
@@ -173,10 +177,10 @@ BACKENDS: dict[str, Backend] = {
             description="single-instance Redis, released by GET, a compare in the client, "
                         "then DEL: two commands, no Lua",
             fence="INCR of a per-name counter in the same Lua script as the grant",
-            expect="a holder paused between its GET and its DEL deletes the next holder's "
-                   "lock (client-pause): another client is granted it while that holder's "
-                   "lease is valid",
-            options={"release": "get-del"}, unsafe=True,
+            expect="a holder paused between its GET and its DEL (client-pause --pause-at "
+                   "release) deletes the next holder's lock: another client is granted it "
+                   "while that holder's lease is valid",
+            options={"release": "get-del"}, unsafe=True, stops_at_release=True,
         ),
         _redis(
             name="redis-no-ttl",

@@ -182,7 +182,8 @@ def main() -> None:
               help="client-pause: how long the holder stays stopped [default: 2x TTL].")
 @click.option("--pause-at", default="section", show_default=True,
               help="client-pause: stop a holder inside its critical section (section), "
-                   "as it leaves it, while it releases (release), or a client whose "
+                   "as it leaves it, while it releases (release; between the check and "
+                   "the act of a release that has both), or a client whose "
                    "grant's replies are in but unread (acquire; Redlock clients).")
 @click.option("--clock-offset-ms", type=int, default=None,
               help="clock-skew/bump/strobe: how far a clock moves [default: 2x TTL].")

@@ -458,7 +458,7 @@ class Run:
             seed=spec.seed, t0_ns=self.t0,
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None,
-            prompt=self.prompt, recovery_keys=self.key_plan.recovery,
+            prompt=self.prompt, pause_at=spec.pause_at, recovery_keys=self.key_plan.recovery,
             key_params=self.key_plan.params,
             client=self.p.client.factory if self.p.client else None,
             client_path=self.p.client.path if self.p.client else None,
@@ -514,7 +514,7 @@ class Run:
         ctx = RunContext(spec=spec, cluster=self.cluster, db=self.p.db,
                          workers=[WorkerRef(w.index, w.host, w.daemon) for w in self.workers],
                          holders=self.holders.now, next_exit=self.holders.next_exit,
-                         stopped_at_acquire=self.holders.stopped_at_acquire,
+                         stopped_at_point=self.holders.stopped_at_point,
                          next_enter=self.holders.next_enter,
                          taken_over=self.holders.taken_over,
                          prepared=dict(self.prepared))

@@ -81,6 +81,9 @@ class ClientOptions:
     # grant's replies are in and before its algorithm reads them: where `client-pause
     # --pause-at acquire` stops the worker (Kleppmann's pause with replies in flight)
     at_grant_reply: Callable[[str], None] | None = None
+    # called by a client whose release is a check then an act (Backend.stops_at_release)
+    # with the lease, between the two: where `client-pause --pause-at release` stops it
+    at_release_check: Callable[[Lease], None] | None = None
 
 
 class LockClient(Protocol):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -146,12 +146,16 @@ class FencedLockClient:
     errors = staticmethod(mapped_errors)
 
     def __init__(self, client: redis.Redis, *, ttl_ms: int, drift: float = 0.01,
-                 release: str = "lua", ttl: bool = True) -> None:
+                 release: str = "lua", ttl: bool = True,
+                 at_release_check: Callable[[Lease], None] | None = None) -> None:
         if release not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, not {release!r}")
         self.ttl_ms = ttl_ms
         self.drift = drift
         self.release_by = release
+        # get-del: called between the GET that found our token and the DEL
+        # (`client-pause --pause-at release` stops the worker there)
+        self.at_release_check = at_release_check
         self.expires = ttl
         self.redis = client
         self._locks: dict[str, FencedLock] = {}
@@ -200,6 +204,8 @@ class FencedLockClient:
         with self.errors():
             if self.redis.get(lease.key) != lease.token.encode():
                 raise NotOwner("not-owner")
+            if self.at_release_check is not None:
+                self.at_release_check(lease)
             self.redis.delete(lease.key)
 
     def close(self) -> None:
@@ -210,9 +216,11 @@ class RedisLockClient(FencedLockClient):
     """The lock client for `--backend redis`: one Redis master holds each lock name."""
 
     def __init__(self, address: str, port: int, *, ttl_ms: int, op_timeout_s: float,
-                 drift: float = 0.01, release: str = "lua", ttl: bool = True) -> None:
+                 drift: float = 0.01, release: str = "lua", ttl: bool = True,
+                 at_release_check: Callable[[Lease], None] | None = None) -> None:
         super().__init__(redis_client(address, port, op_timeout_s), ttl_ms=ttl_ms,
-                         drift=drift, release=release, ttl=ttl)
+                         drift=drift, release=release, ttl=ttl,
+                         at_release_check=at_release_check)
 
 
 def make_clients(config: Mapping[str, Any], keys: Sequence[str],
@@ -221,5 +229,6 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
     masters = [(str(a), int(p)) for a, p in config["masters"]]
     variant = {k: opts.options[k] for k in ("release", "ttl") if k in opts.options}
     per_node = [RedisLockClient(a, p, ttl_ms=opts.ttl_ms, op_timeout_s=opts.op_timeout_s,
-                                drift=opts.drift, **variant) for a, p in masters]
+                                drift=opts.drift, at_release_check=opts.at_release_check,
+                                **variant) for a, p in masters]
     return {k: per_node[i % len(per_node)] for i, k in enumerate(keys)}

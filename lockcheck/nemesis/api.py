@@ -81,9 +81,10 @@ class RunContext:
     holders: Callable[[], list[Holding]]
     # the next holder to leave its critical section, waiting up to the given seconds
     next_exit: Callable[[float], Holding | None] | None = None
-    # arm workers to stop at their next granted acquire, then wait for one to say it did
-    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
-                                  float], Holding | None] | None = None
+    # arm workers to stop at their stop point (the next granted acquire, or the next
+    # release's check), then wait for one to say it did
+    stopped_at_point: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                float], Holding | None] | None = None
     # the next holder to enter a critical section that a predicate accepts, waiting up
     # to the given seconds; and whether another process was granted a holder's lock since
     next_enter: Callable[[float, Callable[[Holding], bool]], Holding | None] | None = None

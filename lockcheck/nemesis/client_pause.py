@@ -6,10 +6,13 @@ and the holder wakes up believing it still holds it. No lock service can prevent
 this; only a resource that checks the fence can. The victim is chosen from the live
 history (`Holders`), so every pause hits someone inside a critical section.
 
-With `--pause-at release` the pause lands instead the moment a holder records the end
-of its critical section, that is while it releases: a stall between a check and the
-act that depends on it (GET, then DEL) is what a release that is not atomic gets
-wrong, and a random pause almost never lands in that window.
+With `--pause-at release` the pause lands instead while a holder releases: a stall
+between a check and the act that depends on it (GET, then DEL) is what a release that
+is not atomic gets wrong, and a random pause almost never lands in that window. A
+client whose release has that window (`Backend.stops_at_release`) is armed like at
+acquire, below, and stops itself between its check and its act (`stop-at-release`);
+any other is stopped from outside the moment it records the end of its critical
+section, before its release is sent.
 
 With `--pause-at acquire` the pause lands with a grant's replies in flight
 (Kleppmann's third scenario): the workers that have held a lock are armed (SIGUSR1)
@@ -34,10 +37,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcheck.nemesis.api import Holding, RunContext, WorkerRef
-from lockcheck.workloads.stop_point import ARM, DISARM, EVENT
+from lockcheck.workloads.stop_point import ARM, DISARM, EVENTS
 
 if TYPE_CHECKING:
     from lockcheck.intake import EventRow
+    from lockcheck.spec import TestSpec
 
 # an enter as the intake saw it: (worker, process, key, value, since_ns), the value a
 # dict or its JSON text, made a Holding only when a fault asks (most runs never do)
@@ -57,7 +61,7 @@ class Holders:
         self._waiting = 0  # threads in a wait: only then does an event notify
         self._exits = 0
         self._last_exit: _Entered | None = None
-        self._stops: list[Holding] = []  # stop-at-acquire events, in order
+        self._stops: list[Holding] = []  # stop-at-acquire/-release events, in order
         self._entered: set[int] = set()  # workers that have held a lock (they are up)
         self._enters = 0
         self._recent: deque[tuple[int, _Entered]] = deque(maxlen=256)  # (count, enter)
@@ -103,10 +107,11 @@ class Holders:
             if h is not None:
                 self._last_exit, self._exits = h, self._exits + 1
                 self._notify()
-        elif f == EVENT:
+        elif f in _STOP_EVENTS:
+            v = _value(value)
             self._stops.append(Holding(
                 worker=worker, process=int(p if p is not None else -1),
-                key=str(key), fence=None, since_ns=t))
+                key=str(key), fence=v.get("fence"), since_ns=t))
             self._notify()
 
     def _notify(self) -> None:
@@ -126,12 +131,13 @@ class Holders:
         with self._lock:
             return [_holding(e) for e in self._inside.values()]
 
-    def stopped_at_acquire(self, arm: Callable[[Collection[int]], object],
-                           workers: Collection[int], timeout: float) -> Holding | None:
+    def stopped_at_point(self, arm: Callable[[Collection[int]], object],
+                         workers: Collection[int], timeout: float) -> Holding | None:
         """Call `arm` with those of `workers` that have held a lock already (so they
         have their signal handlers: the signal would kill a worker still starting),
-        telling them to stop at their next granted acquire; then wait for the first
-        `stop-at-acquire` event of one of them. None if none came in time."""
+        telling them to stop at their stop point (the next granted acquire, or the next
+        release's check); then wait for the first `stop-at-...` event of one of them.
+        None if none came in time."""
         self._watched()
         with self._lock:
             seen = len(self._stops)
@@ -185,14 +191,22 @@ class Holders:
             return None if self._last_exit is None else _holding(self._last_exit)
 
 
-def _holding(e: _Entered) -> Holding:
-    worker, p, key, value, since = e
-    if isinstance(value, str):  # an event row's JSON text
+_STOP_EVENTS = frozenset(EVENTS.values())
+
+
+def _value(value: Any) -> dict[str, Any]:
+    """An event's value as a dict: it may come as its JSON text (an event row)."""
+    if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             value = None
-    v = value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _holding(e: _Entered) -> Holding:
+    worker, p, key, value, since = e
+    v = _value(value)
     return Holding(worker=worker, process=int(p if p is not None else -1), key=str(key),
                    fence=v.get("fence"), since_ns=since,
                    granted_by=tuple(str(n) for n in v.get("granted_by") or ()),
@@ -214,20 +228,22 @@ class ClientPause:
     holders: Callable[[], list[Holding]]
     hold_s: float  # --pause-ms
     wait_s: float  # how long to wait for someone to hold a lock
-    next_exit: Callable[[float], Holding | None] | None = None  # set: pause at release
-    # set: pause at acquire (Holders.stopped_at_acquire)
-    stopped_at_acquire: Callable[[Callable[[Collection[int]], object], Collection[int],
-                                  float], Holding | None] | None = None
+    # set: pause at release, from outside (Holders.next_exit)
+    next_exit: Callable[[float], Holding | None] | None = None
+    # set: pause at the workers' own stop point, `point` (Holders.stopped_at_point)
+    stopped_at_point: Callable[[Callable[[Collection[int]], object], Collection[int],
+                                float], Holding | None] | None = None
+    point: str = "acquire"
     name: str = "client-pause"
     start_f: str = "pause-client"
     stop_f: str = "resume-client"
     _paused: list[WorkerRef] = field(default_factory=list)
 
     def start(self, rng: random.Random) -> dict[str, Any]:
+        if self.stopped_at_point is not None:
+            return self._at_point()
         if self.next_exit is not None:
             return self._at_release()
-        if self.stopped_at_acquire is not None:
-            return self._at_acquire(rng)
         by_index = {w.index: w for w in self.workers}
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -251,11 +267,12 @@ class ClientPause:
                 return {**self._stop(by_index[h.worker], h), "at": "release"}
         return {"fault": self.name, "targets": [], "skipped": "no client released a lock"}
 
-    def _at_acquire(self, rng: random.Random) -> dict[str, Any]:
-        """Every live worker is armed and the first one granted a lock stops itself:
-        an armed worker of its own could wait long, since the holder that releases
-        asks again at once and often wins. The others are disarmed right after."""
-        assert self.stopped_at_acquire is not None
+    def _at_point(self) -> dict[str, Any]:
+        """Every live worker is armed and the first one to reach its stop point stops
+        itself: an armed worker of its own could wait long (at acquire, the holder that
+        releases asks again at once and often wins). The others are disarmed right
+        after."""
+        assert self.stopped_at_point is not None
         live = [w for w in self.workers if w.daemon.alive()]
         if not live:
             return {"fault": self.name, "targets": [], "skipped": "no live client"}
@@ -267,16 +284,18 @@ class ClientPause:
             for w in armed:
                 w.daemon.signal(ARM)
 
-        h = self.stopped_at_acquire(arm, {w.index for w in live}, self.wait_s)
+        h = self.stopped_at_point(arm, {w.index for w in live}, self.wait_s)
         for w in armed:
             w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
         if h is None:
-            return {"fault": self.name, "targets": [], "skipped": "no client was granted a "
+            what = "was granted" if self.point == "acquire" else "released"
+            return {"fault": self.name, "targets": [], "skipped": f"no client {what} a "
                                                                   "lock in time"}
         w = next(x for x in live if x.index == h.worker)
         self._paused = [w]  # it stopped itself; from now on it is paused like any other
+        fence = {} if h.fence is None else {"fence": h.fence}
         return {"fault": self.name, "targets": [w.host], "worker": w.index,
-                "process": h.process, "key": h.key, "at": "acquire",
+                "process": h.process, "key": h.key, **fence, "at": self.point,
                 "pause_ms": round(self.hold_s * 1000)}
 
     def _stop(self, w: WorkerRef, h: Holding) -> dict[str, Any]:
@@ -300,8 +319,21 @@ class ClientPause:
 def client_pause(ctx: RunContext) -> ClientPause:
     spec = ctx.spec
     pause_ms = spec.pause_ms if spec.pause_ms is not None else 2 * spec.ttl_ms
+    # the worker stops itself where its client has the point; else it is stopped from
+    # outside (at release: as it starts to release; otherwise inside its section)
+    own = spec.pause_at == "acquire" or (spec.pause_at == "release"
+                                         and stops_at_release(spec))
     return ClientPause(ctx.workers, ctx.holders, pause_ms / 1000.0,
                        wait_s=max(1.0, spec.hold_ms[1] / 1000.0),
                        next_exit=ctx.next_exit if spec.pause_at == "release" else None,
-                       stopped_at_acquire=ctx.stopped_at_acquire
-                       if spec.pause_at == "acquire" else None)
+                       stopped_at_point=ctx.stopped_at_point if own else None,
+                       point=spec.pause_at)
+
+
+def stops_at_release(spec: TestSpec) -> bool:
+    """Whether the run's client stops itself between its release's check and act: the
+    backend's own client, where it says so (a client of the user's is not known to)."""
+    from lockcheck.backends import BACKENDS
+
+    b = BACKENDS.get(spec.backend)
+    return spec.client is None and b is not None and b.stops_at_release

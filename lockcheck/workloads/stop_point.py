@@ -1,5 +1,6 @@
-"""The worker's side of `client-pause --pause-at acquire`: stop itself with a grant's
-replies unread.
+"""The worker's side of `client-pause --pause-at acquire` and, for a client whose release
+is a check then an act, `--pause-at release`: stop itself at a point too short for a
+signal from outside to hit.
 
 Kleppmann's third scenario is a client that sends its lock requests and stops before
 it reads the answers; meanwhile the keys expire and another client takes the lock. The
@@ -21,17 +22,19 @@ from types import FrameType
 from typing import Any
 
 ARM, DISARM = signal.SIGUSR1, signal.SIGUSR2
-EVENT = "stop-at-acquire"
+POINTS = ("acquire", "release")  # where a worker can stop itself (`--pause-at`)
+EVENTS = {at: f"stop-at-{at}" for at in POINTS}  # the event it records first
 
 Record = Callable[..., None]  # the worker's Recorder: (process, type, f, key, value)
 
 
-class AcquireStop:
-    """The hook a lock client calls once per granted acquire, before it reads the grant."""
+class StopPoint:
+    """The hook a lock client calls at the point `at` names: once per granted acquire,
+    before it reads the grant; or once per release, between its check and its act."""
 
     def __init__(self, rec: Record, flush: Callable[[], None], worker: int,
-                 stop: Callable[[], None] | None = None) -> None:
-        self.rec, self.flush = rec, flush
+                 at: str = "acquire", stop: Callable[[], None] | None = None) -> None:
+        self.rec, self.flush, self.at = rec, flush, at
         # aimed at this thread (tgkill), so that it stops on its way back from the call:
         # a SIGSTOP sent to the process with kill() was once taken up late, after the
         # lock client had read its replies (0.6 ms later, on a loaded machine)
@@ -50,11 +53,14 @@ class AcquireStop:
         with self.lock:
             self.armed = signum == ARM
 
-    def __call__(self, key: str) -> None:
+    def __call__(self, key: str, fence: Any = None) -> None:
         with self.lock:
             armed, self.armed = self.armed, False
         if not armed:
             return
-        self.rec(self.process(), "event", EVENT, key, {"at": "acquire"})
+        value: dict[str, Any] = {"at": self.at}
+        if fence is not None:
+            value["fence"] = fence
+        self.rec(self.process(), "event", EVENTS[self.at], key, value)
         self.flush()  # the controller must see it before we stop
         self.stop()

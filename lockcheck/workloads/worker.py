@@ -70,6 +70,9 @@ class WorkerConfig:
     record_phase_s: float | None = None
     # send every op the moment it is recorded (a fault acts on them as they arrive)
     prompt: bool = True
+    # where `client-pause` stops a worker (spec.PAUSE_AT): "acquire" and "release" hand
+    # the lock client a stop point (workloads/stop_point.py)
+    pause_at: str = "section"
     # `--client`: the factory ("module:attr") run instead of the backend's, and the
     # folder it imports from (lockcheck/clients.py)
     client: str | None = None
@@ -556,7 +559,7 @@ def main(argv: list[str]) -> int:
     from lockcheck.cluster.faketime import FAKED_ENV
     from lockcheck.registry import load
     from lockcheck.workloads.registry import WORKLOADS
-    from lockcheck.workloads.stop_point import AcquireStop
+    from lockcheck.workloads.stop_point import POINTS, StopPoint
 
     if os.environ.get(FAKED_ENV):  # before the client library is imported
         time.sleep = select_sleep
@@ -573,11 +576,15 @@ def main(argv: list[str]) -> int:
         AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
-    stop_point = AcquireStop(rec, rec.flush, cfg.worker)  # client-pause --pause-at acquire
+    # client-pause --pause-at acquire / release: the lock client stops the worker itself
+    at = cfg.pause_at if cfg.pause_at in POINTS else None
+    stop_point = StopPoint(rec, rec.flush, cfg.worker, at or "acquire")
     stop_point.install()
     opts = ClientOptions(ttl_ms=cfg.ttl_ms, op_timeout_s=cfg.op_timeout_s, drift=cfg.drift,
                          worker=cfg.worker, options={**backend.options, **cfg.options},
-                         at_grant_reply=stop_point)
+                         at_grant_reply=stop_point if at == "acquire" else None,
+                         at_release_check=(lambda lease: stop_point(lease.key, lease.fence))
+                         if at == "release" else None)
     if cfg.client is None:
         clients = backend.client_factory()(cfg.client_config, cfg.keys, opts)
     else:

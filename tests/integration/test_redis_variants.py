@@ -3,10 +3,11 @@
 Four runs start at once:
 
 * `redis-get-del` (release by GET, then DEL) with the holder paused as it releases
-  (`client-pause --pause-at release`): the DEL of a holder stalled between its GET and
-  its DEL lands after its lease expired and deletes the next holder's lock, so a third
-  client is granted it while that holder's lease is provably valid;
-* the default `redis` (token-checked Lua release) under the same pauses: never;
+  (`client-pause --pause-at release`: the worker stops itself between its GET and its
+  DEL): its DEL lands after its lease expired and deletes the next holder's lock, so a
+  third client is granted it while that holder's lease is provably valid;
+* the default `redis` (token-checked Lua release) paused as it starts to release:
+  never;
 * `redis-no-ttl` (SET NX without PX): a paused holder keeps the lock (no overlap), but
   after partitions some lock is held forever by a client whose reply was lost.
 """
@@ -64,6 +65,14 @@ def test_get_then_del_deletes_another_holders_lock(runs: dict[str, Any]) -> None
     ops = history(r)
     paused_workers = {o.value["worker"] for o in pauses(ops)}
     assert paused_workers and all(o.value["at"] == "release" for o in pauses(ops))
+    # every pause is aimed: the worker stopped itself between its GET and its DEL,
+    # saying so first with the fence it was releasing
+    stops = [o for o in ops if o.type == "event" and o.f == "stop-at-release"]
+    assert [(o.worker, o.value["fence"]) for o in stops] == \
+        [(o.value["worker"], o.value["fence"]) for o in pauses(ops)]
+    # so most pauses delete a next holder's lock (one that lands while nobody holds
+    # it deletes nothing)
+    assert len(ls["violations"]) >= max(1, len(stops) // 2), (len(stops), ls)
     # the evidence: a paused worker's release of its own, older lease was in flight
     # when the victim was granted the lock (sent before that grant completed, done
     # after it began) and sent before the second grant completed: its DEL can have
