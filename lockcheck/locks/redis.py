@@ -102,6 +102,10 @@ def mapped_errors() -> Iterator[None]:
         # "Timeout connecting to server": nothing was sent. Anything else (reset,
         # read timeout) happened after the command may have reached the server.
         msg = str(e)
+        if "max number of clients reached" in msg:
+            # the server's answer to a connection it accepted past maxclients, before it
+            # read a command (MaxClientsReachedError from redis-py 8.2): it ran nothing
+            raise Definite("max clients") from e
         if "connecting to" in msg or "Timeout connecting" in msg:
             raise Definite(_short(msg)) from e
         raise Indefinite(_short(msg)) from e

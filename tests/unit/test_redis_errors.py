@@ -55,6 +55,10 @@ TABLE: list[tuple[str, BaseException, str, str | None]] = [
     ("ConnectionError unreachable", rex.ConnectionError(
         "Error 113 connecting to 10.77.0.11:6379. No route to host."),
      "Definite", "Error 113 connecting to 10.77.0.11:6379. No route to host."),
+    # the server refused a connection past maxclients as it accepted it: its own class
+    # from redis-py 8.2, a ConnectionError before
+    ("MaxClientsReachedError", getattr(rex, "MaxClientsReachedError", rex.ConnectionError)(
+        "max number of clients reached"), "Definite", "max clients"),
     ("ConnectionError no args", rex.ConnectionError("Error connecting to 10.77.0.11:6379."),
      "Definite", None),
     ("TimeoutError connect", rex.TimeoutError("Timeout connecting to server"),
@@ -240,6 +244,22 @@ def test_refused_connection_is_definite() -> None:
 
 def lock_commands(seen: list[list[bytes]]) -> list[bytes]:
     return [c[0].upper() for c in seen if c[0].upper() in (b"EVALSHA", b"EVAL")]
+
+
+def test_a_server_at_maxclients_is_definite() -> None:
+    """What a real Redis does past `maxclients`: the error at accept, then it hangs up."""
+
+    def serve_one(c: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            c.sendall(b"-ERR max number of clients reached\r\n")
+            c.shutdown(socket.SHUT_RDWR)
+        c.close()
+
+    stop = threading.Event()
+    with tcp_server(serve_one, stop) as port, pytest.raises(Definite) as ei:
+        client(port).acquire("k0")
+    assert str(ei.value) == "max clients"
+    assert not isinstance(ei.value, NotOwner)
 
 
 def test_no_reply_is_indefinite_timeout() -> None:
