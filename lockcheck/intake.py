@@ -311,9 +311,10 @@ class Intake(threading.Thread):
             if batch.blocks:
                 self._deliver(batch)
             with self._lock:
-                if self._closing and live == 0 and not self._new:
-                    self._end()
-                    return
+                ending = self._closing and live == 0 and not self._new
+            if ending:
+                self._end()  # takes the lock itself: not under it
+                return
 
     def _take(self, src: Source, block: bytes, batch: Batch) -> None:
         # with events read as rows, one pass in C does the layout test, the counts and

@@ -255,6 +255,30 @@ def test_hurry_ends_a_long_gather(tmp_path: Path) -> None:
     os.close(quiet_w)
     assert src.wait_ended(5)
     intake.close()
+    assert not intake.is_alive()
+    writer.close()
+
+
+def test_close_while_the_last_worker_ends_in_a_gather_ends_the_thread(tmp_path: Path) -> None:
+    """The close asked during a gather, the last pipe ending in the same wake-up: the
+    intake ends then (once, it deadlocked on its own lock and `close` waited its whole
+    timeout, the thread left running)."""
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    intake = Intake(writer, [], wants=[], gather_s=0.5)
+    intake.start()
+    (r0, w0), (r1, w1) = os.pipe(), os.pipe()
+    intake.add("w0", os.fdopen(r0, "rb"))
+    intake.add("w1", os.fdopen(r1, "rb"))
+    time.sleep(0.1)
+    os.write(w0, recorded(0, 1))  # one of two ready: the intake gathers 0.5 s
+    time.sleep(0.1)
+    os.close(w0)
+    os.close(w1)
+    closer = threading.Thread(target=intake.close, kwargs={"timeout": 5.0})
+    closer.start()
+    closer.join(10)
+    assert not intake.is_alive(), "the intake's thread did not end at close"
+    assert len(writer) == 4
     writer.close()
 
 
