@@ -6,9 +6,14 @@
  * HistoryWriter.append_block), which stays as the path taken where this module was not
  * built; tests/unit/test_crecord.py holds the two to the same output.
  *
- * Spool(worker, escape, dumps, raw): a worker's lines not yet sent. `add` writes one op's
- * line into the buffer at the call (the Recorder's layout, workloads/worker.py); `take`
- * hands over the bytes and empties it. `escape` is json's encode_basestring_ascii (for a
+ * Spool(worker, escape, dumps, raw, t0=0, prompt=False, every_ns=1000000): a worker's
+ * lines not yet sent. `add` writes one op's line into the buffer at the call (the
+ * Recorder's layout, workloads/worker.py); `record` does the same at the time it reads
+ * from the monotonic clock (less `t0`), and says whether the lines should go out now
+ * (`prompt`, or a round begins `every_ns` after they last went); `take` hands over the
+ * bytes and empties it. A line is whole in the buffer or not there at all: what needs
+ * Python (an encoder) runs before the first byte is written, so no other thread can
+ * run between (the GIL is not given up while the line is copied in). `escape` is json's encode_basestring_ascii (for a
  * key or error that is not plain ASCII), `dumps` the worker's JSON encoder (for a value
  * not already JSON, and a process that is not an int), `raw` the str subclass whose
  * values are JSON already (worker.Encoded).
@@ -28,6 +33,8 @@ typedef struct {
     char tail[64]; /* `, "worker": W}\n` */
     Py_ssize_t tail_len;
     PyObject *escape, *dumps, *raw;
+    long long t0, flushed, every_ns; /* the clock's start mark; the last take, since it */
+    int prompt;
 } Spool;
 
 static int reserve(Spool *s, Py_ssize_t more) {
@@ -63,7 +70,7 @@ static int put_text(Spool *s, PyObject *o) {
     return p == NULL ? -1 : put(s, p, n);
 }
 
-/* what `f"{o}"` writes: an exact int by hand, anything else by format() */
+/* what `f"{o}"` writes for an exact int (format() only past 64 bits: in C too) */
 static int put_formatted(Spool *s, PyObject *o) {
     if (PyLong_CheckExact(o)) {
         int overflow;
@@ -86,68 +93,133 @@ static int put_formatted(Spool *s, PyObject *o) {
     return r;
 }
 
-/* the output of `f(o)`, a str */
-static int put_call(Spool *s, PyObject *f, PyObject *o) {
-    PyObject *r = PyObject_CallOneArg(f, o);
-    if (r == NULL)
-        return -1;
-    int ok = PyUnicode_Check(r) ? put_text(s, r) : -1;
-    if (ok < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_TypeError, "the encoder did not return a str");
-    Py_DECREF(r);
-    return ok;
+/* The pieces of a line that need Python (an encoder, format()), made before the line is
+ * written, each the exact text to write; NULL where the piece is written without Python
+ * (an exact int or str, plain ASCII quoted here, None). */
+typedef struct {
+    PyObject *time, *process, *type, *f, *key, *value, *error;
+} Pieces;
+
+static void pieces_clear(Pieces *p) {
+    Py_XDECREF(p->time);
+    Py_XDECREF(p->process);
+    Py_XDECREF(p->type);
+    Py_XDECREF(p->f);
+    Py_XDECREF(p->key);
+    Py_XDECREF(p->value);
+    Py_XDECREF(p->error);
 }
 
-/* a JSON string as encode_basestring_ascii writes it: plain ASCII quoted here, the rest
- * by the encoder itself */
-static int put_string(Spool *s, PyObject *o) {
-    if (PyUnicode_CheckExact(o) && PyUnicode_IS_ASCII(o)) {
-        const unsigned char *p = PyUnicode_1BYTE_DATA(o);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(o);
-        Py_ssize_t i = 0;
-        while (i < n && p[i] >= ' ' && p[i] <= '~' && p[i] != '"' && p[i] != '\\')
-            i++;
-        if (i == n) {
-            if (reserve(s, n + 2) < 0)
-                return -1;
-            s->buf[s->len++] = '"';
-            memcpy(s->buf + s->len, p, (size_t)n);
-            s->len += n;
-            s->buf[s->len++] = '"';
+static int plain_ascii(PyObject *o) {
+    if (!PyUnicode_CheckExact(o) || !PyUnicode_IS_ASCII(o))
+        return 0;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(o);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < ' ' || p[i] > '~' || p[i] == '"' || p[i] == '\\')
             return 0;
-        }
-    }
-    return put_call(s, s->escape, o);
+    return 1;
 }
 
-static int put_line(Spool *s, PyObject *const *a) {
-    PyObject *t = a[0], *process = a[1], *type = a[2], *f = a[3], *key = a[4], *value = a[5],
-             *error = a[6];
-    if (PUT_LIT(s, "{\"time\": ") < 0 || put_formatted(s, t) < 0
+/* `f(o)`, which must be a str */
+static PyObject *call_text(PyObject *f, PyObject *o) {
+    PyObject *r = PyObject_CallOneArg(f, o);
+    if (r != NULL && !PyUnicode_Check(r)) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "the encoder did not return a str");
+        return NULL;
+    }
+    return r;
+}
+
+/* `f"{o}"` where that needs Python: anything but an exact int or str */
+static int format_piece(PyObject *o, PyObject **out) {
+    if (PyLong_CheckExact(o) || PyUnicode_CheckExact(o))
+        return 0;
+    *out = PyObject_Format(o, NULL);
+    return *out == NULL ? -1 : 0;
+}
+
+static int make_pieces(Spool *s, PyObject *const *a, Pieces *p) {
+    PyObject *process = a[1], *key = a[4], *value = a[5], *error = a[6];
+    memset(p, 0, sizeof *p);
+    if (format_piece(a[0], &p->time) < 0)
+        goto fail;
+    if (!PyLong_CheckExact(process) && (p->process = call_text(s->dumps, process)) == NULL)
+        goto fail;
+    if (format_piece(a[2], &p->type) < 0 || format_piece(a[3], &p->f) < 0)
+        goto fail;
+    if (key != Py_None && !plain_ascii(key) && (p->key = call_text(s->escape, key)) == NULL)
+        goto fail;
+    if (!Py_IS_TYPE(value, (PyTypeObject *)s->raw) && value != Py_None
+        && (p->value = call_text(s->dumps, value)) == NULL)
+        goto fail;
+    if (error != Py_None && !plain_ascii(error)
+        && (p->error = call_text(s->escape, error)) == NULL)
+        goto fail;
+    return 0;
+fail:
+    pieces_clear(p);
+    return -1;
+}
+
+/* a str's UTF-8 between quotes: plain ASCII, as `plain_ascii` found it */
+static int put_quoted(Spool *s, PyObject *o) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+    if (reserve(s, n + 2) < 0)
+        return -1;
+    s->buf[s->len++] = '"';
+    memcpy(s->buf + s->len, PyUnicode_1BYTE_DATA(o), (size_t)n);
+    s->len += n;
+    s->buf[s->len++] = '"';
+    return 0;
+}
+
+/* the line, with every piece that needed Python already made: no Python runs here */
+static int put_line(Spool *s, PyObject *const *a, const Pieces *p) {
+    PyObject *key = a[4], *value = a[5], *error = a[6];
+    if (PUT_LIT(s, "{\"time\": ") < 0
+        || (p->time ? put_text(s, p->time) : put_formatted(s, a[0])) < 0
         || PUT_LIT(s, ", \"process\": ") < 0)
         return -1;
-    if (PyLong_CheckExact(process) ? put_formatted(s, process) : put_call(s, s->dumps, process))
+    if (p->process ? put_text(s, p->process) : put_formatted(s, a[1]))
         return -1;
-    if (PUT_LIT(s, ", \"type\": \"") < 0 || put_formatted(s, type) < 0
-        || PUT_LIT(s, "\", \"f\": \"") < 0 || put_formatted(s, f) < 0
+    if (PUT_LIT(s, ", \"type\": \"") < 0 || put_text(s, p->type ? p->type : a[2]) < 0
+        || PUT_LIT(s, "\", \"f\": \"") < 0 || put_text(s, p->f ? p->f : a[3]) < 0
         || PUT_LIT(s, "\", \"key\": ") < 0)
         return -1;
-    if (key == Py_None ? PUT_LIT(s, "null") : put_string(s, key))
+    int r = key == Py_None ? PUT_LIT(s, "null") : p->key ? put_text(s, p->key)
+                                                        : put_quoted(s, key);
+    if (r < 0 || PUT_LIT(s, ", \"value\": ") < 0)
         return -1;
-    if (PUT_LIT(s, ", \"value\": ") < 0)
-        return -1;
-    int r;
-    if (Py_IS_TYPE(value, (PyTypeObject *)s->raw))
-        r = put_text(s, value);
-    else if (value == Py_None)
-        r = PUT_LIT(s, "null");
-    else
-        r = put_call(s, s->dumps, value);
+    r = p->value ? put_text(s, p->value) : value == Py_None ? PUT_LIT(s, "null")
+                                                            : put_text(s, value);
     if (r < 0)
         return -1;
-    if (error != Py_None && (PUT_LIT(s, ", \"error\": ") < 0 || put_string(s, error) < 0))
+    if (error != Py_None
+        && (PUT_LIT(s, ", \"error\": ") < 0
+            || (p->error ? put_text(s, p->error) : put_quoted(s, error)) < 0))
         return -1;
     return put(s, s->tail, s->tail_len);
+}
+
+/* one op's line (a[0] its time), whole or not at all */
+static int add_line(Spool *s, PyObject *const *a) {
+    Pieces p;
+    if (make_pieces(s, a, &p) < 0)
+        return -1;
+    Py_ssize_t start = s->len;
+    int r = put_line(s, a, &p);
+    if (r < 0)
+        s->len = start; /* nothing of a line that failed */
+    pieces_clear(&p);
+    return r;
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns's clock on Linux */
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static PyObject *spool_add(Spool *s, PyObject *const *args, Py_ssize_t nargs) {
@@ -156,28 +228,55 @@ static PyObject *spool_add(Spool *s, PyObject *const *args, Py_ssize_t nargs) {
                         "add(time, process, type, f, key, value, error) takes 7 arguments");
         return NULL;
     }
-    Py_ssize_t start = s->len;
-    if (put_line(s, args) < 0) {
-        s->len = start; /* nothing of a line that failed */
+    if (add_line(s, args) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *spool_record(Spool *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 4 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "record(process, type, f, key, value=None, error=None) takes 4-6 "
+                        "arguments");
         return NULL;
     }
-    Py_RETURN_NONE;
+    long long t = now_ns() - s->t0;
+    PyObject *time = PyLong_FromLongLong(t);
+    if (time == NULL)
+        return NULL;
+    PyObject *a[7] = {time, args[0], args[1], args[2], args[3],
+                      nargs > 4 ? args[4] : Py_None, nargs > 5 ? args[5] : Py_None};
+    int r = add_line(s, a);
+    Py_DECREF(time);
+    if (r < 0)
+        return NULL;
+    int due = s->prompt
+              || (t - s->flushed >= s->every_ns && PyUnicode_Check(args[1])
+                  && PyUnicode_Check(args[2])
+                  && PyUnicode_CompareWithASCIIString(args[1], "invoke") == 0
+                  && PyUnicode_CompareWithASCIIString(args[2], "acquire") == 0);
+    return PyBool_FromLong(due);
 }
 
 static PyObject *spool_take(Spool *s, PyObject *unused) {
     PyObject *out = PyBytes_FromStringAndSize(s->buf, s->len);
-    if (out != NULL)
+    if (out != NULL) {
         s->len = 0;
+        s->flushed = now_ns() - s->t0;
+    }
     return out;
 }
 
 static Py_ssize_t spool_length(Spool *s) { return s->len; }
 
 static int spool_init(Spool *s, PyObject *args, PyObject *kw) {
-    long long worker;
+    long long worker, t0 = 0, every_ns = 1000000;
+    int prompt = 0;
     PyObject *escape, *dumps, *raw;
-    static char *names[] = {"worker", "escape", "dumps", "raw", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOO", names, &worker, &escape, &dumps, &raw))
+    static char *names[] = {"worker", "escape", "dumps", "raw", "t0", "prompt", "every_ns",
+                            NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOO|LpL", names, &worker, &escape, &dumps,
+                                     &raw, &t0, &prompt, &every_ns))
         return -1;
     if (!PyType_Check(raw)) {
         PyErr_SetString(PyExc_TypeError, "raw must be a type");
@@ -188,6 +287,10 @@ static int spool_init(Spool *s, PyObject *args, PyObject *kw) {
     Py_XSETREF(s->dumps, Py_NewRef(dumps));
     Py_XSETREF(s->raw, Py_NewRef(raw));
     s->len = 0;
+    s->t0 = t0;
+    s->prompt = prompt;
+    s->every_ns = every_ns;
+    s->flushed = 0;
     return 0;
 }
 
@@ -215,7 +318,11 @@ static void spool_dealloc(Spool *s) {
 static PyMethodDef spool_methods[] = {
     {"add", (PyCFunction)(void (*)(void))spool_add, METH_FASTCALL,
      "add(time, process, type, f, key, value, error): one op's line into the buffer."},
-    {"take", (PyCFunction)spool_take, METH_NOARGS, "The lines so far, as bytes; empties it."},
+    {"record", (PyCFunction)(void (*)(void))spool_record, METH_FASTCALL,
+     "record(process, type, f, key, value=None, error=None): one op's line at the clock's "
+     "time since t0; True if the lines should go out now."},
+    {"take", (PyCFunction)spool_take, METH_NOARGS,
+     "The lines so far, as bytes; empties it (they went out now)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -380,14 +380,15 @@ class HistoryWriter:
             self.counts[t] = self.counts.get(t, 0) + 1
         return d
 
-    def append_block(self, block: bytes) -> int:
+    def append_block(self, block: bytes, lines: int | None = None) -> int:
         """Append ops that arrive already encoded: `block` is whole lines, each a JSON
-        object without `index` (ASCII, `{"` first), each ending in a newline. Each gets
-        the next index as its first field; one write and one flush for all (`counts`
-        counts only `append`'s ops). Returns the first index."""
+        object without `index` (ASCII, `{"` first), each ending in a newline; `lines`, if
+        the caller counted them already. Each gets the next index as its first field;
+        one write and one flush for all (`counts` counts only `append`'s ops). Returns
+        the first index."""
         with self._lock:
             first = self._next
-            data, n = index_lines(block, first)
+            data, n = index_lines(block, first, lines)
             self._fh.write(data)
             self._fh.flush()
             self._next += n
@@ -404,23 +405,23 @@ class HistoryWriter:
                 self._fh.close()
 
 
-def py_index_lines(block: bytes, first: int) -> tuple[bytes, int]:
+def py_index_lines(block: bytes, first: int, lines: int | None = None) -> tuple[bytes, int]:
     """Each whole line of `block` with `"index": N, ` put first, N from `first`; and how
-    many lines (`_crecord.index_lines` does the same in C)."""
-    lines = block.split(b"\n")
-    lines.pop()  # after the last newline
+    many lines (`_crecord.index_lines` does the same in C; `lines` is not needed here)."""
+    whole = block.split(b"\n")
+    whole.pop()  # after the last newline
     return b"".join([b'{"index": %d, %b\n' % (i, line[1:])
-                     for i, line in enumerate(lines, first)]), len(lines)
+                     for i, line in enumerate(whole, first)]), len(whole)
 
 
-def _index_lines() -> Callable[[bytes, int], tuple[bytes, int]]:
+def _index_lines() -> Callable[[bytes, int, int | None], tuple[bytes, int]]:
     try:
         from lockcheck._crecord import index_lines as c_index_lines
     except ImportError:
         return py_index_lines
 
-    def compiled(block: bytes, first: int) -> tuple[bytes, int]:
-        return c_index_lines(block, first), block.count(b"\n")
+    def compiled(block: bytes, first: int, lines: int | None = None) -> tuple[bytes, int]:
+        return c_index_lines(block, first), block.count(b"\n") if lines is None else lines
     return compiled
 
 

@@ -356,7 +356,7 @@ class Intake(threading.Thread):
         batch.lines += n
 
     def _deliver(self, batch: Batch) -> None:
-        first = self.writer.append_block(b"".join(batch.blocks))
+        first = self.writer.append_block(b"".join(batch.blocks), batch.lines)
         if batch.events and self.events is not None:
             self.events(batch.events)
         for pos, op in batch.whole:

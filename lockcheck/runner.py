@@ -166,12 +166,13 @@ class Teardown:
 
 
 def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
-                   prompt: bool = False) -> Intake:
+                   prompt: bool = False, writes: bool = True) -> Intake:
     """The workers' ops into the history, watched by the live counts (every op: the
     critical-section events as rows, resource writes whole, the others by type) and by
     who holds a lock now (the events). With `prompt` each op is delivered as it comes;
     otherwise a wake-up gathers `QUIET_GATHER_S` until a fault first asks who holds a
-    lock, `GATHER_S` after."""
+    lock, `GATHER_S` after. Without `writes` (a workload with no resource writes none)
+    no block is searched for them."""
     def observe(op: dict[str, Any]) -> None:
         stats.observe(op)
         if op["type"] == "event":
@@ -181,7 +182,8 @@ def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
         stats.events(rows)
         holders.events(rows)
 
-    intake = Intake(writer, [observe], wants=(b'"f": "write"',), count=stats.count,
+    intake = Intake(writer, [observe], wants=(b'"f": "write"',) if writes else (),
+                    count=stats.count,
                     gather_s=0.0 if prompt else QUIET_GATHER_S, events=events,
                     hurried_s=GATHER_S)
     holders.on_watch = intake.hurry
@@ -282,7 +284,8 @@ class Run:
         self.holders = Holders()
         # a fault that acts on ops as they arrive (client-pause) needs them at once
         self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
-        self.intake = history_intake(self.writer, self.stats, self.holders, self.prompt)
+        self.intake = history_intake(self.writer, self.stats, self.holders, self.prompt,
+                                     writes=p.workload.resource_client is not None)
         self.display = make_run_display(out, p.spec.name)
         self.started = time.monotonic()
         self.phase = "setup"

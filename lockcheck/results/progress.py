@@ -64,15 +64,16 @@ class LiveStats:
         with self.lock:
             self.ops += len(rows)
             self.by_type["event"] = self.by_type.get("event", 0) + len(rows)
+            opened, close = self.open, self._close
             for _, t, p, f, key, _worker, _value in rows:
                 if key is None:
                     continue
                 if f == "enter":
-                    self.open[(key, p)] = t
+                    opened[(key, p)] = t
                 elif f == "exit":
-                    start = self.open.pop((key, p), None)
+                    start = opened.pop((key, p), None)
                     if start is not None:
-                        self._close(key, p, start, t)
+                        close(key, p, start, t)
 
     def count(self, by_type: Mapping[str, int]) -> None:
         """Ops seen only by their type, a batch at a time: most of them (the intake
@@ -86,13 +87,21 @@ class LiveStats:
         # kept sorted by end (the ends in a list of their own, so that bisect compares
         # plain ints), so only the few that end after this one began are looked at (a
         # scan of all of them, on every exit, was most of the intake's cost)
-        ends, recent = self.closed.setdefault(key, ([], []))
-        later = bisect.bisect_right(ends, start)
-        if later < len(ends):
-            self.overlaps += sum(1 for s, q in recent[later:] if q != p and s < end)
-        i = bisect.bisect_right(ends, end)
-        ends.insert(i, end)
-        recent.insert(i, (start, p))
+        closed = self.closed.get(key)
+        if closed is None:
+            closed = self.closed[key] = ([], [])
+        ends, recent = closed
+        if (not ends or ends[-1] <= start) and start <= end:
+            # the usual case, one holder after another: none ended after this one began
+            ends.append(end)
+            recent.append((start, p))
+        else:
+            later = bisect.bisect_right(ends, start)
+            if later < len(ends):
+                self.overlaps += sum(1 for s, q in recent[later:] if q != p and s < end)
+            i = bisect.bisect_right(ends, end)
+            ends.insert(i, end)
+            recent.insert(i, (start, p))
         if len(ends) > self.RECENT:
             del ends[0], recent[0]  # the one that ended first
 

@@ -92,24 +92,33 @@ class WorkerConfig:
 # an op kept until it goes out, by the Python spool: (time, process, type, f, key, value
 # as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
+# without `prompt`: lines go out at a round's start once this long has passed since they
+# last went (and before every sleep): what a killed worker can lose; 5 ms instead of 1
+# halves the writes to the pipe in back-to-back rounds (docs/benchmarks.md)
+ROUND_FLUSH_NS = 5_000_000
 
 
 class Recorder:
-    """Records ops as JSON lines. A lock, because a client library's own thread may log.
+    """Records ops as JSON lines, from any thread (a client library's own thread may log).
 
-    A call takes the time and puts the op's line into a spool (`_crecord.Spool`, in C:
-    a few hundred nanoseconds; where it was not built, `PySpool` keeps the op and makes
-    its line when it goes out). A value is encoded at the call unless it is `Encoded`,
-    so a caller's later change to it cannot reach the history. The lines are written
-    in bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of
-    an acquire) if a millisecond has passed since they last went; with `prompt` (a fault
+    A call puts the op's line, at the time it reads from the clock, into a spool
+    (`_crecord.Spool`, in C: a few hundred nanoseconds, the clock read and the decision
+    to send included; where it was not built, `PySpool` keeps the op and makes its line
+    when it goes out). A value is encoded at the call unless it is `Encoded`, so a
+    caller's later change to it cannot reach the history. The lines are written in
+    bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of an
+    acquire) if 5 ms have passed since they last went (`ROUND_FLUSH_NS`); with `prompt` (a fault
     acts on ops as they arrive: client-pause), at every op, whatever its type (an
     `event` of a critical section is what the fault waits for), so that no line waits
-    while the worker waits. So back-to-back rounds cost a write to the pipe every
-    millisecond or so instead of six per round (docs/benchmarks.md, "Harness
-    overhead"). A worker killed mid-run loses at most its last millisecond or round:
+    while the worker waits. So back-to-back rounds cost a write to the pipe every 5 ms
+    or so instead of six per round (docs/benchmarks.md, "Harness overhead"). A worker
+    killed mid-run loses at most its last 5 ms or round:
     what is recorded is always a prefix of what it did, so what was lost reads as ops
     cut off (`info`), never as ok.
+
+    A line goes into the spool whole, without a lock (the spool lets no other thread in
+    while it copies a line); taking the lines and writing them is under `lock`, so each
+    worker's lines reach the pipe in the order they were recorded.
 
     The layout is fixed, `{"time": T, "process": P, "type": "t", "f": "f", "key": ...,
     "value": ..., ["error": ...,] "worker": W}`, ASCII, so that the controller can copy
@@ -125,33 +134,20 @@ class Recorder:
         self.prompt = prompt
         self.lock = threading.Lock()
         self.broken = False
-        self.flushed_ns = 0
-        self.spool = make_spool(worker)  # the lines not yet written
+        self.spool = make_spool(worker, t0_ns, prompt)  # the lines not yet written
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
-        self.record(time.monotonic_ns() - self.t0, process, type_, f, key, value, error)
-
-    def record(self, t: int, process: int, type_: str, f: str, key: str | None, value: Any,
-               error: str | None) -> None:
-        """The op, at `t` ns since the start mark."""
-        with self.lock:
-            self.spool.add(t, process, type_, f, key, value, error)
-            if self.prompt or (type_ == "invoke" and f == "acquire"
-                               and t - self.flushed_ns >= ROUND_FLUSH_NS):
-                self._send(t)
+        if self.spool.record(process, type_, f, key, value, error):
+            self.flush()
 
     def flush(self) -> None:
         """Before the worker waits: everything recorded goes out."""
         with self.lock:
-            self._send(time.monotonic_ns() - self.t0)
-
-    def _send(self, now: int) -> None:
-        self.flushed_ns = now
-        try:
-            self.write(self.spool.take())
-        except (BrokenPipeError, ValueError, OSError):
-            self.broken = True  # the controller is gone: stop
+            try:
+                self.write(self.spool.take())
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken = True  # the controller is gone: stop
 
 
 def byte_sink(out: IO[str] | IO[bytes]) -> Callable[[bytes], None]:
@@ -188,18 +184,32 @@ class PySpool:
     line made when the lines go out (`take`), outside the critical section."""
 
     def __init__(self, worker: int, escape: Callable[[str], str],
-                 dumps: Callable[[Any], str], raw: type) -> None:
+                 dumps: Callable[[Any], str], raw: type, t0: int = 0, prompt: bool = False,
+                 every_ns: int = ROUND_FLUSH_NS) -> None:
         self.worker, self.dumps, self.raw = worker, dumps, raw
+        self.t0, self.prompt, self.every_ns = t0, prompt, every_ns
+        self.flushed = 0
         self.pending: list[Pending] = []
+        self.lock = threading.Lock()  # a take must not lose an op added meanwhile
 
     def add(self, t: int, process: Any, type_: str, f: str, key: str | None, value: Any,
             error: str | None) -> None:
         v = cast(str, value) if type(value) is self.raw else "null" if value is None else \
             self.dumps(value)
-        self.pending.append((t, process, type_, f, key, v, error))
+        with self.lock:
+            self.pending.append((t, process, type_, f, key, v, error))
+
+    def record(self, process: Any, type_: str, f: str, key: str | None, value: Any = None,
+               error: str | None = None) -> bool:
+        t = time.monotonic_ns() - self.t0
+        self.add(t, process, type_, f, key, value, error)
+        return self.prompt or (t - self.flushed >= self.every_ns and type_ == "invoke"
+                               and f == "acquire")
 
     def take(self) -> bytes:
-        pending, self.pending = self.pending, []
+        with self.lock:
+            pending, self.pending = self.pending, []
+            self.flushed = time.monotonic_ns() - self.t0
         return lines(self.worker, pending).encode() if pending else b""
 
 
@@ -241,25 +251,29 @@ class Encoded(str):
     recorded four or five times a round; it is encoded once)."""
 
 
-ROUND_FLUSH_NS = 1_000_000  # without `prompt`: lines go out at least this often
 
 
 class Spool(Protocol):
     def add(self, t: int, process: Any, type_: str, f: str, key: str | None, value: Any,
             error: str | None, /) -> None: ...
 
+    def record(self, process: Any, type_: str, f: str, key: str | None, value: Any = None,
+               error: str | None = None, /) -> bool: ...
+
     def take(self) -> bytes: ...
 
 
-def make_spool(worker: int, compiled: bool = True) -> Spool:
+def make_spool(worker: int, t0_ns: int = 0, prompt: bool = False,
+               compiled: bool = True) -> Spool:
     """The compiled spool if it was built (and `compiled`), else the Python one."""
     try:
         from lockcheck._crecord import Spool as CSpool
     except ImportError:
         compiled = False
     if compiled:
-        return cast(Spool, CSpool(worker, _string, _dumps, Encoded))
-    return PySpool(worker, _string, _dumps, Encoded)
+        return cast(Spool, CSpool(worker, _string, _dumps, Encoded, t0=t0_ns, prompt=prompt,
+                                  every_ns=ROUND_FLUSH_NS))
+    return PySpool(worker, _string, _dumps, Encoded, t0_ns, prompt)
 
 
 class AlternatingRecorder(Recorder):
@@ -281,7 +295,8 @@ class AlternatingRecorder(Recorder):
                  error: str | None = None) -> None:
         since = time.monotonic_ns() - self.t0
         if since // self.phase_ns % 2:
-            self.record(since, process, type_, f, key, value, error)
+            if self.spool.record(process, type_, f, key, value, error):
+                self.flush()
         elif f == "acquire" and type_ in ("ok", "fail"):
             counts = self.acquires if type_ == "ok" else self.busy
             b = since // self.BUCKET_NS

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockcheck.history import py_index_lines
-from lockcheck.intake import py_event_rows
+from lockcheck.intake import in_layout, py_event_rows
 from lockcheck.locks.api import Lease
 from lockcheck.workloads.worker import Encoded, LeaseValues, PySpool, _dumps, _string, lines
 
@@ -170,3 +171,49 @@ HEAD = b'{"time": 5, "process": 1, "type": "event", "f": "enter", '
 ])
 def test_an_event_line_out_of_the_usual_shape_is_left_to_the_decoder(line: bytes) -> None:
     assert crecord.event_rows(line) == ([], [(0, len(line))])
+
+
+SPOOLS = {"compiled": lambda *a, **kw: crecord.Spool(*a, **kw), "python": PySpool}
+
+
+@pytest.mark.parametrize("kind", SPOOLS)
+def test_record_reads_the_clock_and_says_when_the_lines_go_out(kind: str) -> None:
+    """`record` stamps each op with the monotonic clock less t0, and asks for a send at a
+    round's start (an acquire's invoke) once `every_ns` passed since the last take, or
+    at every op with `prompt`."""
+    t0 = time.monotonic_ns() - 10**9
+    every = 20_000_000
+    s = SPOOLS[kind](3, _string, _dumps, Encoded, t0=t0, prompt=False, every_ns=every)
+    before = time.monotonic_ns() - t0
+    assert s.record(1, "invoke", "acquire", "k0") is True  # never taken: long ago
+    s.take()
+    assert s.record(1, "ok", "acquire", "k0", {"fence": 1}) is False
+    assert s.record(1, "invoke", "acquire", "k0") is False  # taken just now
+    time.sleep(every / 1e9)
+    assert s.record(1, "ok", "release", "k0") is False  # not a round's start
+    assert s.record(1, "invoke", "acquire", "k1", None, "x") is True
+    after = time.monotonic_ns() - t0
+    times = [json.loads(x)["time"] for x in s.take().splitlines()]
+    assert len(times) == 4 and times == sorted(times)
+    assert before <= times[0] and times[-1] <= after
+    prompt = SPOOLS[kind](3, _string, _dumps, Encoded, t0=t0, prompt=True)
+    assert all(prompt.record(1, t, "probe", None) is True for t in ("ok", "event", "info"))
+
+
+@pytest.mark.parametrize("kind", SPOOLS)
+def test_a_line_is_whole_when_its_encoder_lets_another_thread_in(kind: str) -> None:
+    """The value's encoder is Python, so another thread may run while it does: here it
+    records an op itself, as such a thread would. Each line is whole, the other
+    thread's first (its op finished first); no line is cut by another."""
+    spool: Any = None
+
+    def dumps(v: Any) -> str:
+        if v == "outer":
+            spool.record(2, "event", "probe", "k1", {"inner": True})
+        return _dumps(v)
+
+    spool = SPOOLS[kind](5, _string, dumps, Encoded, t0=0)
+    spool.record(1, "ok", "acquire", "k0", "outer")
+    got = spool.take().splitlines(keepends=True)
+    assert [json.loads(x)["value"] for x in got] == [{"inner": True}, "outer"]
+    assert all(in_layout(x) for x in got)

@@ -174,13 +174,14 @@ def test_the_lines_not_read_whole_are_counted_by_type(tmp_path: Path) -> None:
     assert count == {"invoke": 5, "ok": 5} and len(seen) == 10
 
 
-def through(tmp_path: Path, name: str, data: bytes, rows: bool) -> tuple[Any, Any, Any]:
+def through(tmp_path: Path, name: str, data: bytes, rows: bool,
+            writes: bool = True) -> tuple[Any, Any, Any]:
     """`data` through the run's intake (events read as rows) or through one that reads
     them with the JSON decoder; the source, the live counts and the holders."""
     writer = HistoryWriter(tmp_path / name)
     stats, holders = LiveStats(), Holders()
     if rows:
-        intake = history_intake(writer, stats, holders)
+        intake = history_intake(writer, stats, holders, writes=writes)
     else:
         def observe(op: dict[str, Any]) -> None:
             stats.observe(op)
@@ -304,3 +305,18 @@ def test_the_runs_intake_drops_a_line_out_of_layout_too(tmp_path: Path) -> None:
                                 rows=True)
         assert src.bad_lines == 1 and len(read_history(tmp_path / f"h{i}.jsonl")) == 8
         assert stats.by_type == {"invoke": 2, "ok": 2, "event": 4}
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_resource_writes_reach_the_live_counts_when_the_workload_has_them(
+        tmp_path: Path, writes: bool) -> None:
+    """A stale write the resource accepted shows in the progress line's violations; a
+    workload without a resource has no writes, and its intake does not look for them."""
+    stale = (b'{"time": 8, "process": 0, "type": "invoke", "f": "write", "key": "k0", '
+             b'"value": {"fence": 2}, "worker": 0}\n'
+             b'{"time": 9, "process": 0, "type": "ok", "f": "write", "key": "k0", '
+             b'"value": {"fence": 2, "accepted": true, "max_fence": 3}, "worker": 0}\n')
+    _, stats, _ = through(tmp_path, "h.jsonl", recorded(0, 1) + stale, rows=True,
+                          writes=writes)
+    assert stats.stale_accepted == (1 if writes else 0)
+    assert len(read_history(tmp_path / "h.jsonl")) == 6

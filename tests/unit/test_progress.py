@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from lockcheck.results.progress import (
     LiveStats,
@@ -89,6 +91,38 @@ def test_only_recent_sections_are_compared() -> None:
     s.observe(ev(2, "enter", 5))
     s.observe(ev(2, "exit", 6))
     assert s.overlaps == 0  # an estimate: the checkers give the real answer
+
+
+def overlaps_by_brute_force(sections: list[tuple[str, int, int, int]]) -> int:
+    """The estimate's rule, counted the slow way: as each section (key, process, start,
+    end) closes, the other processes' sections among the `RECENT` of its key that end
+    latest (ties: the earlier closed first) which ended after it began and began before
+    it ended."""
+    closed: dict[str, list[tuple[int, int, int, int]]] = {}
+    n = 0
+    for order, (key, p, start, end) in enumerate(sections):
+        recent = sorted(closed.get(key, []))[-LiveStats.RECENT:]
+        n += sum(1 for e, _, s, q in recent if e > start and q != p and s < end)
+        closed[key] = [*recent, (end, order, start, p)]
+    return n
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3),
+                          st.integers(0, 40), st.integers(-3, 40)), max_size=90))
+# one that ends before it begins, right after another: it must not be kept out of order
+@example([("a", 0, 0, 10), ("a", 1, 12, -4), ("a", 2, 9, 11)])
+def test_the_overlap_estimate_is_the_rule_counted_the_slow_way(
+        raw: list[tuple[str, int, int, int]]) -> None:
+    """Sections in any order (as workers' lines arrive), touching, nested, one that ends
+    before it begins (a clock stepped back), more of one key than are remembered."""
+    sections = [(k, p, s, s + d) for k, p, s, d in raw]
+    rows = []
+    for i, (k, p, s, e) in enumerate(sections):
+        rows += [(2 * i, s, p, "enter", k, 0, "null"), (2 * i + 1, e, p, "exit", k, 0, "null")]
+    stats = LiveStats()
+    stats.events(rows)
+    assert stats.overlaps == overlaps_by_brute_force(sections)
 
 
 def test_writes_stale_accepted_and_saves() -> None:
