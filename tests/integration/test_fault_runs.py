@@ -65,6 +65,36 @@ def assert_history_times_true(ops: list[Op], elapsed_s: float) -> None:
             last[o.worker] = o.time
 
 
+CLOCK_STARTS = ("skew-clock", "bump-clock", "speed-clock", "strobe-clock")
+
+
+def assert_recovered_or_held_by_a_clock_ahead(ops: list[Op], recovery: dict[str, Any]) -> None:
+    """Every lock name was taken again after the heal, or the one recovery kept trying
+    was last granted while a server's clock was moved: Redis keeps a key's expiry as
+    wall-clock time, so a lock granted by a clock an hour ahead outlives the reset by
+    that hour (the fault healed; what the server wrote under it stays). The names after
+    it were not tried (recovery takes them in turn)."""
+    if recovery["valid"] is True:
+        return
+    keys = recovery["keys"]
+    stuck = [k for k, v in keys.items() if v["acquired_after_s"] is None and v["attempts"]]
+    assert len(stuck) == 1, recovery
+    untried = [k for k, v in keys.items() if v["acquired_after_s"] is None and not v["attempts"]]
+    assert all(k > stuck[0] for k in untried), recovery
+    on_servers, start = [], {}
+    for o in ops:
+        if o.process == "nemesis" and o.type == "info" and isinstance(o.value, dict):
+            targets = [t for t in o.value.get("targets", []) if t.startswith("n")]
+            if o.f in CLOCK_STARTS and targets:
+                start[o.value["fault"]] = o.time
+            elif o.f == "reset-clock" and o.value["fault"] in start:
+                on_servers.append((start.pop(o.value["fault"]), o.time))
+    granted = [o.time for o in ops if o.key == stuck[0] and o.type == "ok" and o.f == "acquire"
+               and o.worker is not None]
+    assert granted and any(a <= granted[-1] <= b for a, b in on_servers), \
+        (recovery, on_servers, granted[-1:])
+
+
 def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None:
     # seed 7: the first five windows are five kinds (the choices follow the seed, the
     # number of windows the timing); at random, 4 kinds in 9 windows happened once
@@ -82,7 +112,7 @@ def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None
         if o.process == "nemesis" and o.type == "info":
             assert o.value["fault"] in NEW_FAULTS and "targets" in o.value, o.value
             assert "error" not in o.value, o.value
-    assert res["recovery"]["valid"] is True, res["recovery"]
+    assert_recovered_or_held_by_a_clock_ahead(ops, res["recovery"])
     # client clocks were bumped an hour and sped up 4x: no record shows it
     assert_history_times_true(ops, r.elapsed)
     cli.assert_no_leftovers(None, grace=LINK_GRACE)
