@@ -93,9 +93,9 @@ class WorkerConfig:
 # as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
 # without `prompt`: lines go out at a round's start once this long has passed since they
-# last went (and before every sleep): what a killed worker can lose; 5 ms instead of 1
-# halves the writes to the pipe in back-to-back rounds (docs/benchmarks.md)
-ROUND_FLUSH_NS = 5_000_000
+# last went (and before every sleep): what a killed worker can lose, and how late a
+# fault aimed at a holder sees a grant in back-to-back rounds
+ROUND_FLUSH_NS = 1_000_000
 
 
 class Recorder:
@@ -107,12 +107,12 @@ class Recorder:
     when it goes out). A value is encoded at the call unless it is `Encoded`, so a
     caller's later change to it cannot reach the history. The lines are written in
     bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of an
-    acquire) if 5 ms have passed since they last went (`ROUND_FLUSH_NS`); with `prompt` (a fault
-    acts on ops as they arrive: client-pause), at every op, whatever its type (an
+    acquire) if a millisecond has passed since they last went (`ROUND_FLUSH_NS`); with
+    `prompt` (a fault acts on ops as they arrive: client-pause), at every op, whatever its type (an
     `event` of a critical section is what the fault waits for), so that no line waits
-    while the worker waits. So back-to-back rounds cost a write to the pipe every 5 ms
-    or so instead of six per round (docs/benchmarks.md, "Harness overhead"). A worker
-    killed mid-run loses at most its last 5 ms or round:
+    while the worker waits. So back-to-back rounds cost a write to the pipe every
+    millisecond or so instead of six per round (docs/benchmarks.md, "Harness
+    overhead"). A worker killed mid-run loses at most its last millisecond or round:
     what is recorded is always a prefix of what it did, so what was lost reads as ops
     cut off (`info`), never as ok.
 
