@@ -178,8 +178,8 @@ def main() -> int:
     contention = {mode: statistics.median(
         m["busy"].get(p, 0) / max(1, m["per_phase"].get(p, 0)) for p in rate if p % 2 == odd)
         for mode, odd in (("bare", 0), ("recorded", 1))}
-    print(f"busy acquires per ok acquire: bare {contention['bare']:.2f}, recorded "
-          f"{contention['recorded']:.2f}")
+    print(f"busy acquires per ok acquire: bare {contention['bare']:.3f}, recorded "
+          f"{contention['recorded']:.3f}")
     print(f"history: {m['history_lines']} lines; controller CPU {m['controller_cpu_s']:.1f} s "
           f"in {a.seconds:g} s")
     # CPU per ok acquire, from each class's ticks in the phases counted above (less noisy
