@@ -10,7 +10,8 @@
  * lines not yet sent. `add` writes one op's line into the buffer at the call (the
  * Recorder's layout, workloads/worker.py); `record` does the same at the time it reads
  * from the monotonic clock (less `t0`), and says whether the lines should go out now
- * (`prompt`, or a round begins `every_ns` after they last went); `take` hands over the
+ * (`prompt`, or a round begins `every_ns` after they last went; `every_ns` may be set
+ * later); `take` hands over the
  * bytes and empties it. A line is whole in the buffer or not there at all: what needs
  * Python (an encoder) runs before the first byte is written, so no other thread can
  * run between (the GIL is not given up while the line is copied in). `escape` is json's encode_basestring_ascii (for a
@@ -24,6 +25,7 @@
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <string.h>
 
 typedef struct {
@@ -326,6 +328,13 @@ static PyMethodDef spool_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef spool_members[] = {
+    /* settable: the worker shortens it once a fault starts to watch who holds a lock */
+    {"every_ns", T_LONGLONG, offsetof(Spool, every_ns), 0,
+     "A round's start sends the lines once this long has passed since they last went."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PySequenceMethods spool_as_sequence = {.sq_length = (lenfunc)spool_length};
 
 static PyTypeObject SpoolType = {
@@ -339,6 +348,7 @@ static PyTypeObject SpoolType = {
     .tp_traverse = (traverseproc)spool_traverse,
     .tp_clear = (inquiry)spool_clear,
     .tp_methods = spool_methods,
+    .tp_members = spool_members,
     .tp_as_sequence = &spool_as_sequence,
 };
 

@@ -54,7 +54,7 @@ from lockcheck.results.progress import LiveStats
 from lockcheck.spec import TestSpec, validate
 from lockcheck.workloads.api import KeyPlan, Resource, ResourceContext, Workload, default_keys
 from lockcheck.workloads.registry import workload
-from lockcheck.workloads.worker import WorkerConfig
+from lockcheck.workloads.worker import HURRY, WorkerConfig
 
 log = logging.getLogger("lockcheck")
 
@@ -211,6 +211,15 @@ class WorkerHandle:
         """Until every op the worker wrote is in the history (its pipe has ended)."""
         return self.source.wait_ended(timeout)
 
+    def hurry(self) -> None:
+        """Lines sooner: a fault has started to watch who holds a lock (`Recorder.hurry`).
+        Any thread; a worker that is gone or asked to stop misses nothing by it."""
+        popen = self.daemon.popen
+        if popen is not None and popen.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                popen.stdin.write(HURRY)
+                popen.stdin.flush()
+
     def ask_to_stop(self) -> None:
         popen = self.daemon.popen
         if popen is not None and popen.stdin is not None:
@@ -286,6 +295,7 @@ class Run:
         self.prompt = any(NEMESES[n].prompt for n in self.spec.nemesis)
         self.intake = history_intake(self.writer, self.stats, self.holders, self.prompt,
                                      writes=p.workload.resource_client is not None)
+        self.holders.on_watch = self.hurry
         self.display = make_run_display(out, p.spec.name)
         self.started = time.monotonic()
         self.phase = "setup"
@@ -446,6 +456,13 @@ class Run:
                               record=self.record, service=self.p.db.client_config())
         self.resource = load(w.resource)(ctx).start()
         self.teardown.push("stop resource", self.resource.stop)
+
+    def hurry(self) -> None:
+        """A fault has started to watch who holds a lock: the workers send their lines
+        and the intake delivers them sooner from now on."""
+        self.intake.hurry()
+        for w in list(self.workers):
+            w.hurry()
 
     def record(self, op: dict[str, Any]) -> None:
         """A record of the controller's own (a fault, a resource's final state)."""

@@ -93,9 +93,15 @@ class WorkerConfig:
 # as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
 # without `prompt`: lines go out at a round's start once this long has passed since they
-# last went (and before every sleep): what a killed worker can lose, and how late a
-# fault aimed at a holder sees a grant in back-to-back rounds
+# last went (and before every sleep): what a killed worker can lose in back-to-back
+# rounds, and how late a fault aimed at a holder sees a grant. Once a fault watches who
+# holds a lock (the controller writes `HURRY` to the worker's stdin) it is
+# `ROUND_FLUSH_NS`; until then `QUIET_FLUSH_NS`, when nothing reads the lines sooner
+# than the intake's 50 ms gather anyway (docs/benchmarks.md, "Harness overhead")
 ROUND_FLUSH_NS = 1_000_000
+QUIET_FLUSH_NS = 5_000_000
+HURRY = b"hurry\n"
+HURRIED = "a fault watches who holds a lock: lines go out every 1 ms of rounds from now"
 
 
 class Recorder:
@@ -107,14 +113,15 @@ class Recorder:
     when it goes out). A value is encoded at the call unless it is `Encoded`, so a
     caller's later change to it cannot reach the history. The lines are written in
     bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of an
-    acquire) if a millisecond has passed since they last went (`ROUND_FLUSH_NS`); with
-    `prompt` (a fault acts on ops as they arrive: client-pause), at every op, whatever its type (an
+    acquire) if 5 ms have passed since they last went (`QUIET_FLUSH_NS`; 1 ms,
+    `ROUND_FLUSH_NS`, once a fault watches who holds a lock: `hurry`); with `prompt` (a
+    fault acts on ops as they arrive: client-pause), at every op, whatever its type (an
     `event` of a critical section is what the fault waits for), so that no line waits
-    while the worker waits. So back-to-back rounds cost a write to the pipe every
-    millisecond or so instead of six per round (docs/benchmarks.md, "Harness
-    overhead"). A worker killed mid-run loses at most its last millisecond or round:
-    what is recorded is always a prefix of what it did, so what was lost reads as ops
-    cut off (`info`), never as ok.
+    while the worker waits. So back-to-back rounds cost a write to the pipe every few
+    milliseconds instead of six per round (docs/benchmarks.md, "Harness overhead"). A
+    worker killed mid-run loses at most its last 5 ms or round: what is recorded is
+    always a prefix of what it did, so what was lost reads as ops cut off (`info`),
+    never as ok.
 
     A line goes into the spool whole, without a lock (the spool lets no other thread in
     while it copies a line); taking the lines and writing them is under `lock`, so each
@@ -140,6 +147,11 @@ class Recorder:
                  error: str | None = None) -> None:
         if self.spool.record(process, type_, f, key, value, error):
             self.flush()
+
+    def hurry(self) -> None:
+        """A fault watches who holds a lock: lines go out every `ROUND_FLUSH_NS` of
+        back-to-back rounds from now on. Any thread."""
+        self.spool.every_ns = ROUND_FLUSH_NS
 
     def flush(self) -> None:
         """Before the worker waits: everything recorded goes out."""
@@ -185,7 +197,7 @@ class PySpool:
 
     def __init__(self, worker: int, escape: Callable[[str], str],
                  dumps: Callable[[Any], str], raw: type, t0: int = 0, prompt: bool = False,
-                 every_ns: int = ROUND_FLUSH_NS) -> None:
+                 every_ns: int = QUIET_FLUSH_NS) -> None:
         self.worker, self.dumps, self.raw = worker, dumps, raw
         self.t0, self.prompt, self.every_ns = t0, prompt, every_ns
         self.flushed = 0
@@ -262,6 +274,8 @@ class Spool(Protocol):
 
     def take(self) -> bytes: ...
 
+    every_ns: int
+
 
 def make_spool(worker: int, t0_ns: int = 0, prompt: bool = False,
                compiled: bool = True) -> Spool:
@@ -272,7 +286,7 @@ def make_spool(worker: int, t0_ns: int = 0, prompt: bool = False,
         compiled = False
     if compiled:
         return cast(Spool, CSpool(worker, _string, _dumps, Encoded, t0=t0_ns, prompt=prompt,
-                                  every_ns=ROUND_FLUSH_NS))
+                                  every_ns=QUIET_FLUSH_NS))
     return PySpool(worker, _string, _dumps, Encoded, t0_ns, prompt)
 
 
@@ -545,11 +559,15 @@ class Worker:
 
 
 def watch_stdin(worker: Worker) -> None:
-    """The controller asks us to stop by closing our stdin (or by dying)."""
+    """The controller asks us to stop by closing our stdin (or by dying), and to send
+    lines sooner by writing `HURRY` to it (`Recorder.hurry`)."""
     parent = os.getppid()
 
     def run() -> None:
-        sys.stdin.read()
+        for line in sys.stdin.buffer:
+            if line == HURRY:
+                worker.rec.hurry()
+                print(HURRIED, file=sys.stderr, flush=True)
         worker.stopping.set()
 
     def orphan() -> None:

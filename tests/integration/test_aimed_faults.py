@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from lockcheck.history import Op, read_history
+from lockcheck.workloads.worker import HURRIED
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -81,6 +82,10 @@ def test_bridge_clock_finds_kleppmanns_clock_scenario(runs: dict[str, Any]) -> N
                     bridge in entered.value.get("granted_by", []):
                 explained.append((g["key"], bridge))
     assert explained, (grants[:2], [(s.value, t) for s, t in jumps])
+    # the fault watched the holders: every client then sent its lines every 1 ms
+    logs = [p for p in (r.run_dir / "workers").glob("*.log") if p.stem != "recovery"]
+    assert logs and all(HURRIED in p.read_text() for p in logs), \
+        {p.name: p.read_text()[-300:] for p in logs}
 
 
 def test_pause_past_lease_finds_jepsens_lost_update(runs: dict[str, Any]) -> None:

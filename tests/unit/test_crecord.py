@@ -201,6 +201,19 @@ def test_record_reads_the_clock_and_says_when_the_lines_go_out(kind: str) -> Non
 
 
 @pytest.mark.parametrize("kind", SPOOLS)
+def test_the_send_interval_can_be_shortened_later(kind: str) -> None:
+    """A worker whose lines a fault starts to watch sets `every_ns` lower (the
+    Recorder's `hurry`): the next round's start asks for a send by the new interval."""
+    s = SPOOLS[kind](3, _string, _dumps, Encoded, t0=0, prompt=False, every_ns=10**10)
+    s.take()
+    time.sleep(0.002)
+    assert s.record(1, "invoke", "acquire", "k0") is False
+    s.every_ns = 1_000_000
+    assert s.every_ns == 1_000_000
+    assert s.record(1, "invoke", "acquire", "k0") is True
+
+
+@pytest.mark.parametrize("kind", SPOOLS)
 def test_a_line_is_whole_when_its_encoder_lets_another_thread_in(kind: str) -> None:
     """The value's encoder is Python, so another thread may run while it does: here it
     records an op itself, as such a thread would. Each line is whole, the other

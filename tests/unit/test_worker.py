@@ -11,11 +11,13 @@ import io
 import json
 import os
 import select
+import sys
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +27,17 @@ from lockcheck.history import Op, op_from_json, validate_processes
 from lockcheck.intake import in_layout
 from lockcheck.locks.api import Definite, Indefinite, Lease, NotOwner, lease_deadline
 from lockcheck.workloads import fenced, mutex
-from lockcheck.workloads.worker import CriticalSection, Recorder, Worker, WorkerConfig
+from lockcheck.workloads.worker import (
+    HURRIED,
+    HURRY,
+    QUIET_FLUSH_NS,
+    ROUND_FLUSH_NS,
+    CriticalSection,
+    Recorder,
+    Worker,
+    WorkerConfig,
+    watch_stdin,
+)
 
 TTL_MS = 300
 
@@ -359,6 +371,38 @@ def test_without_prompt_lines_wait_for_a_flush(pipe: tuple[int, IO[str]]) -> Non
     assert readable(r) == b""
     rec.flush()
     assert [json.loads(x)["type"] for x in readable(r).splitlines()] == ["ok", "event"]
+
+
+def test_hurry_on_stdin_sends_lines_sooner_and_its_end_stops_the_worker(
+        pipe: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Until a fault watches who holds a lock a worker sends its lines every 5 ms of
+    back-to-back rounds; the controller's `HURRY` on its stdin makes that 1 ms, and the
+    end of its stdin asks it to stop."""
+    _, out = pipe
+    rec = Recorder(out, time.monotonic_ns(), 0, prompt=False)
+    assert rec.spool.every_ns == QUIET_FLUSH_NS
+    r, w = os.pipe()
+    stdin = open(r, encoding="utf-8")  # noqa: SIM115
+    monkeypatch.setattr(sys, "stdin", stdin)
+    worker = types.SimpleNamespace(rec=rec, stopping=threading.Event())
+    try:
+        watch_stdin(cast(Worker, worker))
+        os.write(w, b"not a request\n")
+        os.write(w, HURRY)
+        deadline = time.monotonic() + 5
+        while rec.spool.every_ns != ROUND_FLUSH_NS and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert rec.spool.every_ns == ROUND_FLUSH_NS
+        assert not worker.stopping.is_set()
+        os.close(w)
+        w = -1
+        assert worker.stopping.wait(5)
+        assert capsys.readouterr().err.splitlines() == [HURRIED]
+    finally:
+        if w >= 0:
+            os.close(w)
+        stdin.close()
 
 
 def test_a_value_changed_after_the_call_is_recorded_as_it_was(
