@@ -78,7 +78,7 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                                [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                                log_path=out_dir / f"worker-{i}.log",
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-                workers.append(WorkerHandle(i, host.name, d, intake))
+                workers.append(WorkerHandle(i, host.name, d, intake, host.name))
             cpu0 = time.process_time()
             pids = {"workers": [w.daemon.pid for w in workers],
                     "redis-server": [s.daemon.pid for s in db.servers.values()
@@ -154,6 +154,13 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--keys", type=int, default=10)
     a = ap.parse_args()
+    # the last phase is cut short by the stop
+    counted = int(a.seconds / a.phase) - 1 - a.warmup_phases if a.phase > 0 else 0
+    if counted < 5:
+        print(f"bench_overhead: {a.seconds:g} s in phases of {a.phase:g} s leaves "
+              f"{max(counted, 0)} phases after the warm-up; it needs at least 5 (two recorded "
+              "ones, each between bare ones)", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("bench_overhead needs root (it creates network namespaces)", file=sys.stderr)
         return 254

@@ -10,8 +10,8 @@
  * lines not yet sent. `add` writes one op's line into the buffer at the call (the
  * Recorder's layout, workloads/worker.py); `record` does the same at the time it reads
  * from the monotonic clock (less `t0`), and says whether the lines should go out now
- * (`prompt`, or a round begins `every_ns` after they last went; `every_ns` may be set
- * later); `take` hands over the
+ * (`prompt`, a release is invoked, or a round begins `every_ns` after they last went;
+ * `every_ns` may be set later); `take` hands over the
  * bytes and empties it. A line is whole in the buffer or not there at all: what needs
  * Python (an encoder) runs before the first byte is written, so no other thread can
  * run between (the GIL is not given up while the line is copied in). `escape` is json's encode_basestring_ascii (for a
@@ -252,10 +252,13 @@ static PyObject *spool_record(Spool *s, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(time);
     if (r < 0)
         return NULL;
+    /* a release's invoke goes out before the release is sent: a worker that dies
+     * after it would otherwise leave a lease its history says is still held */
+    int invoke = PyUnicode_Check(args[1]) && PyUnicode_Check(args[2])
+                 && PyUnicode_CompareWithASCIIString(args[1], "invoke") == 0;
     int due = s->prompt
-              || (t - s->flushed >= s->every_ns && PyUnicode_Check(args[1])
-                  && PyUnicode_Check(args[2])
-                  && PyUnicode_CompareWithASCIIString(args[1], "invoke") == 0
+              || (invoke && PyUnicode_CompareWithASCIIString(args[2], "release") == 0)
+              || (invoke && t - s->flushed >= s->every_ns
                   && PyUnicode_CompareWithASCIIString(args[2], "acquire") == 0);
     return PyBool_FromLong(due);
 }

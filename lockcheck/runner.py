@@ -193,8 +193,10 @@ def history_intake(writer: HistoryWriter, stats: LiveStats, holders: Holders,
 class WorkerHandle:
     """A client worker process, and its pipe into the history (`lockcheck/intake.py`)."""
 
-    def __init__(self, index: int, host: str, daemon: LocalDaemon, intake: Intake) -> None:
-        self.index, self.host, self.daemon = index, host, daemon
+    def __init__(self, index: int, host: str, daemon: LocalDaemon, intake: Intake,
+                 log_name: str) -> None:
+        # log_name: the recovery worker runs on a client's host but logs on its own
+        self.index, self.host, self.daemon, self.log_name = index, host, daemon, log_name
         assert daemon.popen is not None and daemon.popen.stdout is not None
         self.source = intake.add(daemon.name, daemon.popen.stdout)
 
@@ -231,10 +233,11 @@ class WorkerHandle:
         problems = []
         code = self.daemon.popen.returncode if self.daemon.popen is not None else None
         if code not in (None, 0, -signal.SIGKILL):
-            problems.append(f"worker {self.host} exited with code {code}; see "
-                            f"workers/{self.host}.log")
+            problems.append(f"worker {self.log_name} exited with code {code}; see "
+                            f"workers/{self.log_name}.log")
         if self.bad_lines:
-            problems.append(f"worker {self.host} wrote {self.bad_lines} unreadable lines")
+            problems.append(f"worker {self.log_name} wrote {self.bad_lines} unreadable "
+                            "lines")
         return problems
 
 
@@ -495,7 +498,7 @@ class Run:
                        [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
-        return WorkerHandle(index, host.name, d, self.intake)
+        return WorkerHandle(index, host.name, d, self.intake, log_name)
 
     def prepare_faults(self) -> None:
         """What a fault must have in place before the clients connect (a proxy in the

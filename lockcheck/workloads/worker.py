@@ -93,9 +93,9 @@ class WorkerConfig:
 # as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
 # without `prompt`: lines go out at a round's start once this long has passed since they
-# last went (and before every sleep): what a killed worker can lose in back-to-back
-# rounds, and how late a fault aimed at a holder sees a grant. Once a fault watches who
-# holds a lock (the controller writes `HURRY` to the worker's stdin) it is
+# last went (and before every sleep and every release): what a killed worker can lose in
+# back-to-back rounds, and how late a fault aimed at a holder sees a grant. Once a fault
+# watches who holds a lock (the controller writes `HURRY` to the worker's stdin) it is
 # `ROUND_FLUSH_NS`; until then `QUIET_FLUSH_NS`, when nothing reads the lines sooner
 # than the intake's 50 ms gather anyway (docs/benchmarks.md, "Harness overhead")
 ROUND_FLUSH_NS = 1_000_000
@@ -112,16 +112,18 @@ class Recorder:
     to send included; where it was not built, `PySpool` keeps the op and makes its line
     when it goes out). A value is encoded at the call unless it is `Encoded`, so a
     caller's later change to it cannot reach the history. The lines are written in
-    bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of an
-    acquire) if 5 ms have passed since they last went (`QUIET_FLUSH_NS`; 1 ms,
-    `ROUND_FLUSH_NS`, once a fault watches who holds a lock: `hurry`); with `prompt` (a
-    fault acts on ops as they arrive: client-pause), at every op, whatever its type (an
-    `event` of a critical section is what the fault waits for), so that no line waits
-    while the worker waits. So back-to-back rounds cost a write to the pipe every few
-    milliseconds instead of six per round (docs/benchmarks.md, "Harness overhead"). A
-    worker killed mid-run loses at most its last 5 ms or round: what is recorded is
-    always a prefix of what it did, so what was lost reads as ops cut off (`info`),
-    never as ok.
+    bulk: before every sleep (`flush`), at a release's `invoke` (so that a worker that
+    dies once its release took effect never leaves a history in which it still holds
+    the lock), and at the start of a round (the `invoke` of an acquire) if 5 ms have
+    passed since they last went (`QUIET_FLUSH_NS`; 1 ms, `ROUND_FLUSH_NS`, once a fault
+    watches who holds a lock: `hurry`); with `prompt` (a fault acts on ops as they
+    arrive: client-pause), at every op, whatever its type (an `event` of a critical
+    section is what the fault waits for), so that no line waits while the worker waits.
+    So back-to-back rounds cost one write to the pipe a granted round instead of six
+    (docs/benchmarks.md, "Harness overhead"). A worker killed mid-run loses at most its
+    last 5 ms or round, never a release's `invoke`: what is recorded is always a prefix
+    of what it did, so what was lost reads as ops cut off (`info`), never as ok, and a
+    lock it gave up is never read as still held.
 
     A line goes into the spool whole, without a lock (the spool lets no other thread in
     while it copies a line); taking the lines and writing them is under `lock`, so each
@@ -215,8 +217,11 @@ class PySpool:
                error: str | None = None) -> bool:
         t = time.monotonic_ns() - self.t0
         self.add(t, process, type_, f, key, value, error)
-        return self.prompt or (t - self.flushed >= self.every_ns and type_ == "invoke"
-                               and f == "acquire")
+        if self.prompt:
+            return True
+        # a release goes out before it is sent (see `_crecord.c`)
+        return type_ == "invoke" and (
+            f == "release" or (f == "acquire" and t - self.flushed >= self.every_ns))
 
     def take(self) -> bytes:
         with self.lock:
@@ -558,16 +563,21 @@ class Worker:
             rec(p, "ok", "release", key, self.lease_value(lease))
 
 
-def watch_stdin(worker: Worker) -> None:
+def watch_stdin(worker: Worker, fd: int = 0) -> None:
     """The controller asks us to stop by closing our stdin (or by dying), and to send
     lines sooner by writing `HURRY` to it (`Recorder.hurry`)."""
     parent = os.getppid()
 
     def run() -> None:
-        for line in sys.stdin.buffer:
-            if line == HURRY:
-                worker.rec.hurry()
-                print(HURRIED, file=sys.stderr, flush=True)
+        # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader holds
+        # its lock, and the interpreter aborts (SIGABRT) when it closes sys.stdin at exit
+        pending = b""
+        with contextlib.suppress(OSError):
+            while chunk := os.read(fd, 4096):
+                *lines, pending = (pending + chunk).split(b"\n")
+                if HURRY[:-1] in lines:
+                    worker.rec.hurry()
+                    print(HURRIED, file=sys.stderr, flush=True)
         worker.stopping.set()
 
     def orphan() -> None:

@@ -179,8 +179,8 @@ SPOOLS = {"compiled": lambda *a, **kw: crecord.Spool(*a, **kw), "python": PySpoo
 @pytest.mark.parametrize("kind", SPOOLS)
 def test_record_reads_the_clock_and_says_when_the_lines_go_out(kind: str) -> None:
     """`record` stamps each op with the monotonic clock less t0, and asks for a send at a
-    round's start (an acquire's invoke) once `every_ns` passed since the last take, or
-    at every op with `prompt`."""
+    round's start (an acquire's invoke) once `every_ns` passed since the last take, at
+    every release's invoke, or at every op with `prompt`."""
     t0 = time.monotonic_ns() - 10**9
     every = 20_000_000
     s = SPOOLS[kind](3, _string, _dumps, Encoded, t0=t0, prompt=False, every_ns=every)
@@ -189,12 +189,15 @@ def test_record_reads_the_clock_and_says_when_the_lines_go_out(kind: str) -> Non
     s.take()
     assert s.record(1, "ok", "acquire", "k0", {"fence": 1}) is False
     assert s.record(1, "invoke", "acquire", "k0") is False  # taken just now
+    # a release goes out before it is sent, however recent the last take
+    assert s.record(1, "invoke", "release", "k0") is True
+    assert s.record(1, "invoke", "renew", "k0") is False
     time.sleep(every / 1e9)
     assert s.record(1, "ok", "release", "k0") is False  # not a round's start
     assert s.record(1, "invoke", "acquire", "k1", None, "x") is True
     after = time.monotonic_ns() - t0
     times = [json.loads(x)["time"] for x in s.take().splitlines()]
-    assert len(times) == 4 and times == sorted(times)
+    assert len(times) == 6 and times == sorted(times)
     assert before <= times[0] and times[-1] <= after
     prompt = SPOOLS[kind](3, _string, _dumps, Encoded, t0=t0, prompt=True)
     assert all(prompt.record(1, t, "probe", None) is True for t in ("ok", "event", "info"))

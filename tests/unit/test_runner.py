@@ -113,6 +113,8 @@ def test_teardown_heals_then_stops_workers_then_servers_then_removes_the_cluster
     assert alive["stop servers"] == {"server"}
     assert alive["remove cluster"] == set()
     assert results["stats"]["faults"] >= 1 and results["interrupted"] is False
+    # every worker, the recovery worker included, ended on its own and cleanly
+    assert results["errors"] == []
     assert_all_gone(outcome, reg)
 
 

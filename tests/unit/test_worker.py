@@ -11,6 +11,7 @@ import io
 import json
 import os
 import select
+import subprocess
 import sys
 import threading
 import time
@@ -151,6 +152,32 @@ def make_worker(client: MemoryClient, *, keys: tuple[str, ...] = ("k0",),
 def ops_of(out: io.StringIO) -> list[Op]:
     return [op_from_json({"index": i, **json.loads(line)})
             for i, line in enumerate(out.getvalue().splitlines())]
+
+
+class Died(BaseException):
+    """The worker process ending on the spot (a client library's `os._exit`, a kill)."""
+
+
+def test_a_worker_that_dies_after_a_release_has_sent_the_releases_invoke() -> None:
+    """Lines go out in bulk, but a release's invoke goes before the release is sent: a
+    worker that dies once its release took effect must not leave a history in which it
+    still holds the lock (another client's grant would read as a violation)."""
+    service = MemoryLocks()
+    client = MemoryClient(service)
+    w, out = make_worker(client)
+    w.rec = Recorder(out, w.cfg.t0_ns, 2, prompt=False)
+    real_release = client.release
+
+    def release_then_die(lease: Lease) -> None:
+        real_release(lease)
+        raise Died
+
+    client.release = release_then_die  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        w.one_round("k0")
+    assert "k0" not in service.held  # the release took effect
+    sent = [(op.type, op.f) for op in ops_of(out)]
+    assert sent[-1] == ("invoke", "release"), sent
 
 
 def test_rounds_are_well_formed_and_name_their_leases() -> None:
@@ -374,8 +401,7 @@ def test_without_prompt_lines_wait_for_a_flush(pipe: tuple[int, IO[str]]) -> Non
 
 
 def test_hurry_on_stdin_sends_lines_sooner_and_its_end_stops_the_worker(
-        pipe: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        pipe: tuple[int, IO[str]], capsys: pytest.CaptureFixture[str]) -> None:
     """Until a fault watches who holds a lock a worker sends its lines every 5 ms of
     back-to-back rounds; the controller's `HURRY` on its stdin makes that 1 ms, and the
     end of its stdin asks it to stop."""
@@ -383,11 +409,9 @@ def test_hurry_on_stdin_sends_lines_sooner_and_its_end_stops_the_worker(
     rec = Recorder(out, time.monotonic_ns(), 0, prompt=False)
     assert rec.spool.every_ns == QUIET_FLUSH_NS
     r, w = os.pipe()
-    stdin = open(r, encoding="utf-8")  # noqa: SIM115
-    monkeypatch.setattr(sys, "stdin", stdin)
     worker = types.SimpleNamespace(rec=rec, stopping=threading.Event())
     try:
-        watch_stdin(cast(Worker, worker))
+        watch_stdin(cast(Worker, worker), r)
         os.write(w, b"not a request\n")
         os.write(w, HURRY)
         deadline = time.monotonic() + 5
@@ -402,7 +426,28 @@ def test_hurry_on_stdin_sends_lines_sooner_and_its_end_stops_the_worker(
     finally:
         if w >= 0:
             os.close(w)
-        stdin.close()
+        os.close(r)
+
+
+def test_a_worker_that_ends_while_its_stdin_is_open_exits_cleanly() -> None:
+    """A worker's main thread ends (its time is up) while the controller still holds
+    its stdin open: the thread reading stdin must not make the exit abort."""
+    code = ("import threading, time, types\n"
+            "from lockcheck.workloads.worker import watch_stdin\n"
+            "watch_stdin(types.SimpleNamespace(rec=None, stopping=threading.Event()))\n"
+            "time.sleep(0.3)\n")  # the reader is blocked in its read by then
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        code_ = p.wait(timeout=30)
+        assert p.stderr is not None
+        assert (code_, p.stderr.read().decode()) == (0, "")
+    finally:
+        p.kill()
+        p.wait()
+        for f in (p.stdin, p.stderr):
+            if f is not None:
+                f.close()
 
 
 def test_a_value_changed_after_the_call_is_recorded_as_it_was(
