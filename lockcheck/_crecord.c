@@ -6,32 +6,50 @@
  * HistoryWriter.append_block), which stays as the path taken where this module was not
  * built; tests/unit/test_crecord.py holds the two to the same output.
  *
- * Spool(worker, escape, dumps, raw, t0=0, prompt=False, every_ns=1000000): a worker's
- * lines not yet sent. `add` writes one op's line into the buffer at the call (the
- * Recorder's layout, workloads/worker.py); `record` does the same at the time it reads
- * from the monotonic clock (less `t0`), and says whether the lines should go out now
- * (`prompt`, a release is invoked, or a round begins `every_ns` after they last went;
- * `every_ns` may be set later); `take` hands over the
- * bytes and empties it. A line is whole in the buffer or not there at all: what needs
- * Python (an encoder) runs before the first byte is written, so no other thread can
- * run between (the GIL is not given up while the line is copied in). `escape` is json's encode_basestring_ascii (for a
- * key or error that is not plain ASCII), `dumps` the worker's JSON encoder (for a value
- * not already JSON, and a process that is not an int), `raw` the str subclass whose
- * values are JSON already (worker.Encoded).
+ * Spool(worker, escape, dumps, raw, t0=0, prompt=False, every_ns=1000000, keep=-1): a
+ * worker's lines not yet sent. `add` writes one op's line into the buffer at the call
+ * (the Recorder's layout, workloads/worker.py); `record` does the same at the time it
+ * reads from the monotonic clock (less `t0`), and says whether the lines should go out
+ * now (`prompt`, a release is invoked and there is no `keep`, or a round begins
+ * `every_ns` after they last went; `every_ns` may be set later); `take` hands over the
+ * bytes and empties it. With `keep` (an open file) the lines live in a shared mapping
+ * of that file, after a header that counts their bytes, until `sent` says the last
+ * take was written: a worker that dies in between leaves them to the controller. A
+ * line is whole in the buffer or not there at all: what needs Python (an encoder)
+ * runs before the first byte is written, so no other thread can run between (the GIL
+ * is not given up while the line is copied in). `escape` is json's
+ * encode_basestring_ascii (for a key or error that is not plain ASCII), `dumps` the
+ * worker's JSON encoder (for a value not already JSON, and a process that is not an
+ * int), `raw` the str subclass whose values are JSON already (worker.Encoded).
  *
  * index_lines(block, first): each line of `block` (`{"...` lines, each ending in a
  * newline) with `"index": N, ` put first, N counting from `first`.
  */
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* memmem, mremap */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* The file a spool keeps its lines in (`keep`): this header, then the lines. `len` is
+ * how many bytes of whole lines follow; a line's bytes are in place before `len` counts
+ * them, so a reader after the worker died finds whole lines only. */
+typedef struct {
+    long long len;
+} KeepHeader;
+#define KEEP_START 65536 /* the first mapping's room for lines */
 
 typedef struct {
     PyObject_HEAD
     char *buf;
     Py_ssize_t len, cap;
+    /* with `keep`: buf is in a shared mapping of that file, after its KeepHeader; lines
+     * before `start` went out, `taken` is where the last take ended */
+    int keep;
+    KeepHeader *head;
+    Py_ssize_t start, taken;
     char tail[64]; /* `, "worker": W}\n` */
     Py_ssize_t tail_len;
     PyObject *escape, *dumps, *raw;
@@ -39,12 +57,35 @@ typedef struct {
     int prompt;
 } Spool;
 
+/* the mapping of the keep file grown to hold `cap` bytes of lines */
+static int keep_map(Spool *s, Py_ssize_t cap) {
+    size_t size = sizeof(KeepHeader) + (size_t)cap;
+    if (ftruncate(s->keep, (off_t)size) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    void *m = s->head == NULL
+                  ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->keep, 0)
+                  : mremap(s->head, sizeof(KeepHeader) + (size_t)s->cap, size,
+                           MREMAP_MAYMOVE);
+    if (m == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    s->head = (KeepHeader *)m;
+    s->buf = (char *)m + sizeof(KeepHeader);
+    s->cap = cap;
+    return 0;
+}
+
 static int reserve(Spool *s, Py_ssize_t more) {
     if (s->len + more <= s->cap)
         return 0;
     Py_ssize_t cap = s->cap ? s->cap : 4096;
     while (cap < s->len + more)
         cap *= 2;
+    if (s->keep >= 0)
+        return keep_map(s, cap);
     char *b = PyMem_Realloc(s->buf, (size_t)cap);
     if (b == NULL) {
         PyErr_NoMemory();
@@ -214,6 +255,8 @@ static int add_line(Spool *s, PyObject *const *a) {
     int r = put_line(s, a, &p);
     if (r < 0)
         s->len = start; /* nothing of a line that failed */
+    else if (s->head != NULL)
+        s->head->len = s->len; /* the line is whole in the file: count it */
     pieces_clear(&p);
     return r;
 }
@@ -252,37 +295,64 @@ static PyObject *spool_record(Spool *s, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(time);
     if (r < 0)
         return NULL;
-    /* a release's invoke goes out before the release is sent: a worker that dies
-     * after it would otherwise leave a lease its history says is still held */
+    /* without `keep`, a release's invoke goes out before the release is sent: a worker
+     * that dies after it would otherwise leave a lease its history says is still held */
     int invoke = PyUnicode_Check(args[1]) && PyUnicode_Check(args[2])
                  && PyUnicode_CompareWithASCIIString(args[1], "invoke") == 0;
     int due = s->prompt
-              || (invoke && PyUnicode_CompareWithASCIIString(args[2], "release") == 0)
+              || (s->keep < 0 && invoke
+                  && PyUnicode_CompareWithASCIIString(args[2], "release") == 0)
               || (invoke && t - s->flushed >= s->every_ns
                   && PyUnicode_CompareWithASCIIString(args[2], "acquire") == 0);
     return PyBool_FromLong(due);
 }
 
 static PyObject *spool_take(Spool *s, PyObject *unused) {
-    PyObject *out = PyBytes_FromStringAndSize(s->buf, s->len);
+    PyObject *out = PyBytes_FromStringAndSize(s->buf + s->start, s->len - s->start);
     if (out != NULL) {
-        s->len = 0;
+        if (s->keep >= 0)
+            s->taken = s->len; /* kept until `sent` */
+        else
+            s->len = 0;
         s->flushed = now_ns() - s->t0;
     }
     return out;
 }
 
-static Py_ssize_t spool_length(Spool *s) { return s->len; }
+/* the lines of the last take are in the pipe: the file need not keep them */
+static PyObject *spool_sent(Spool *s, PyObject *unused) {
+    if (s->keep < 0)
+        Py_RETURN_NONE;
+    s->start = s->taken;
+    if (s->start == s->len) { /* nothing added since the take (the usual case) */
+        s->len = s->start = s->taken = 0;
+        s->head->len = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t spool_length(Spool *s) { return s->len - s->start; }
+
+static PyObject *spool_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Spool *s = (Spool *)PyType_GenericNew(type, args, kw);
+    if (s != NULL)
+        s->keep = -1; /* no keep file until __init__ gives one */
+    return (PyObject *)s;
+}
 
 static int spool_init(Spool *s, PyObject *args, PyObject *kw) {
     long long worker, t0 = 0, every_ns = 1000000;
-    int prompt = 0;
+    int prompt = 0, keep = -1;
     PyObject *escape, *dumps, *raw;
     static char *names[] = {"worker", "escape", "dumps", "raw", "t0", "prompt", "every_ns",
-                            NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOO|LpL", names, &worker, &escape, &dumps,
-                                     &raw, &t0, &prompt, &every_ns))
+                            "keep", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOOO|LpLi", names, &worker, &escape, &dumps,
+                                     &raw, &t0, &prompt, &every_ns, &keep))
         return -1;
+    if (s->keep >= 0 || s->buf != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Spool is set up once");
+        return -1;
+    }
     if (!PyType_Check(raw)) {
         PyErr_SetString(PyExc_TypeError, "raw must be a type");
         return -1;
@@ -296,6 +366,14 @@ static int spool_init(Spool *s, PyObject *args, PyObject *kw) {
     s->prompt = prompt;
     s->every_ns = every_ns;
     s->flushed = 0;
+    if (keep >= 0) {
+        s->keep = keep;
+        if (keep_map(s, KEEP_START) < 0) {
+            s->keep = -1;
+            return -1;
+        }
+        s->head->len = 0;
+    }
     return 0;
 }
 
@@ -316,7 +394,10 @@ static int spool_clear(Spool *s) {
 static void spool_dealloc(Spool *s) {
     PyObject_GC_UnTrack(s);
     spool_clear(s);
-    PyMem_Free(s->buf);
+    if (s->head != NULL)
+        munmap(s->head, sizeof(KeepHeader) + (size_t)s->cap);
+    else
+        PyMem_Free(s->buf);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -327,7 +408,10 @@ static PyMethodDef spool_methods[] = {
      "record(process, type, f, key, value=None, error=None): one op's line at the clock's "
      "time since t0; True if the lines should go out now."},
     {"take", (PyCFunction)spool_take, METH_NOARGS,
-     "The lines so far, as bytes; empties it (they went out now)."},
+     "The lines so far, as bytes; empties it (they go out now). With `keep` they stay in "
+     "the file until `sent`."},
+    {"sent", (PyCFunction)spool_sent, METH_NOARGS,
+     "The lines of the last take were written: the keep file may drop them."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -345,7 +429,7 @@ static PyTypeObject SpoolType = {
     .tp_basicsize = sizeof(Spool),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A worker's history lines not yet sent (the Recorder's layout).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = spool_new,
     .tp_init = (initproc)spool_init,
     .tp_dealloc = (destructor)spool_dealloc,
     .tp_traverse = (traverseproc)spool_traverse,

@@ -15,7 +15,8 @@ who holds a lock, 5 ms (`GATHER_S`) once one has (`hurry`), not at all when a fa
 acts on ops the moment they arrive (`NemesisKind.prompt`: client-pause). So the history
 is still written as the run goes and is readable after a crash up to the last complete
 line, at a small part of the cost of decoding each line (docs/benchmarks.md, "Harness
-overhead").
+overhead"). When a worker's pipe ends, the lines its spool file still holds after the
+last one the pipe brought (it died before sending them) are taken as its last block.
 
 Observers (the progress counts, who holds a lock now) get the events as rows, and see
 whole the other ops whose line contains one of the `wants` markers (resource writes: a
@@ -83,13 +84,19 @@ def lines_in_layout(block: bytes) -> int:
 
 
 class Source:
-    """One worker's pipe: the partial line it ended a read with, and whether it ended."""
+    """One worker's pipe: the partial line it ended a read with, and whether it ended.
 
-    def __init__(self, name: str, stream: IO[bytes]) -> None:
-        self.name, self.stream = name, stream
+    `keep`: the file the worker's spool keeps its unsent lines in (`_crecord.Spool`,
+    `keep`); when the pipe ends, the lines there after the last one the pipe brought
+    are the worker's too (it died before sending them), and `unsent` gives them."""
+
+    def __init__(self, name: str, stream: IO[bytes], keep: str | None = None) -> None:
+        self.name, self.stream, self.keep = name, stream, keep
         self.fd = stream.fileno()
         self.rest = b""
+        self.last = b""  # the last whole line in the layout the pipe brought
         self.bad_lines = 0
+        self.unsent_lines = 0  # lines taken from `keep`, not the pipe
         self.ended = threading.Event()
         self.heard = threading.Event()  # it has written something: the worker is up
 
@@ -98,7 +105,37 @@ class Source:
         data = self.rest + chunk if self.rest else chunk
         cut = data.rfind(b"\n") + 1
         self.rest = data[cut:]
+        if cut and self.keep is not None:
+            line = data[data.rfind(b"\n", 0, cut - 1) + 1:cut]
+            if line.startswith(_HEAD):  # not a library's print
+                self.last = line
         return data[:cut]
+
+    def unsent(self) -> bytes:
+        """Once the pipe ended: the whole lines `keep` holds that the pipe did not bring
+        (none when the worker sent everything), the start of a line the pipe cut off
+        included in full. The file is removed."""
+        if self.keep is None:
+            return b""
+        try:
+            with open(self.keep, "rb") as f:
+                data = f.read()
+        except OSError:
+            return b""
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.keep)
+        # the spool's header: how many bytes of whole lines follow (_crecord.c)
+        n = int.from_bytes(data[:8], "little", signed=True) if len(data) >= 8 else 0
+        kept = data[8:8 + max(0, n)]
+        # lines are unique (each has its process and its nanosecond): what the file
+        # holds after the last line the pipe brought went no further
+        at = kept.rfind(self.last) if self.last else -1
+        tail = kept[at + len(self.last):] if at >= 0 else kept
+        if self.rest and tail.startswith(self.rest):
+            self.rest = b""  # the pipe cut that line off; here it is whole
+        self.unsent_lines = tail.count(b"\n")
+        return tail
 
     def wait_ended(self, timeout: float) -> bool:
         return self.ended.wait(timeout)
@@ -251,9 +288,10 @@ class Intake(threading.Thread):
         self._closing = self._done = False
         self.sources: list[Source] = []
 
-    def add(self, name: str, stream: IO[bytes]) -> Source:
-        """Start copying a worker's stdout (the thread must have been started)."""
-        src = Source(name, stream)
+    def add(self, name: str, stream: IO[bytes], keep: str | None = None) -> Source:
+        """Start copying a worker's stdout (the thread must have been started); `keep`:
+        the file its spool keeps unsent lines in (`Source`)."""
+        src = Source(name, stream, keep)
         with self._lock:
             if self._done:
                 raise RuntimeError("the intake is closed")
@@ -304,6 +342,11 @@ class Intake(threading.Thread):
                     continue
                 self.sel.unregister(src.fd)
                 live -= 1
+                if tail := src.unsent():  # the worker died before it sent these
+                    if src.rest:  # a cut-off line the file does not go on with
+                        src.bad_lines += 1
+                        src.rest = b""
+                    self._take(src, src.block(tail), batch)
                 if src.rest:  # cut off mid-line: the worker died while writing
                     src.bad_lines += 1
                     src.rest = b""
@@ -369,6 +412,10 @@ class Intake(threading.Thread):
     def _end(self) -> None:
         with self._lock:
             self._done = True
+        for src in self.sources:  # a pipe that never ended: its file is not wanted
+            if src.keep is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(src.keep)
         self.sel.close()
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):

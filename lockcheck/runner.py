@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -194,11 +194,13 @@ class WorkerHandle:
     """A client worker process, and its pipe into the history (`lockcheck/intake.py`)."""
 
     def __init__(self, index: int, host: str, daemon: LocalDaemon, intake: Intake,
-                 log_name: str) -> None:
-        # log_name: the recovery worker runs on a client's host but logs on its own
+                 log_name: str, keep: Path | None = None) -> None:
+        # log_name: the recovery worker runs on a client's host but logs on its own;
+        # keep: the file its spool keeps unsent lines in (WorkerConfig.keep_path)
         self.index, self.host, self.daemon, self.log_name = index, host, daemon, log_name
         assert daemon.popen is not None and daemon.popen.stdout is not None
-        self.source = intake.add(daemon.name, daemon.popen.stdout)
+        self.source = intake.add(daemon.name, daemon.popen.stdout,
+                                 None if keep is None else str(keep))
 
     @property
     def bad_lines(self) -> int:
@@ -238,6 +240,10 @@ class WorkerHandle:
         if self.bad_lines:
             problems.append(f"worker {self.log_name} wrote {self.bad_lines} unreadable "
                             "lines")
+        if self.source.unsent_lines:
+            problems.append(f"worker {self.log_name} ended before it sent its last "
+                            f"{self.source.unsent_lines} lines; they were read from its "
+                            "spool file")
         return problems
 
 
@@ -492,13 +498,15 @@ class Run:
         env: dict[str, str] = {}
         for p in self.prepared.values():
             env.update(p.worker_env(host.name))
+        keep = self.run_dir / "workers" / f"{log_name}.unsent"
+        cfg = replace(cfg, keep_path=str(keep))
         d = host.spawn(f"worker-{index}",
                        # -P: the controller's working directory must not shadow the
                        # installed lockcheck (a checkout of another version, say)
                        [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                        log_path=self.run_dir / "workers" / f"{log_name}.log",
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env or None)
-        return WorkerHandle(index, host.name, d, self.intake, log_name)
+        return WorkerHandle(index, host.name, d, self.intake, log_name, keep)
 
     def prepare_faults(self) -> None:
         """What a fault must have in place before the clients connect (a proxy in the

@@ -77,6 +77,9 @@ class WorkerConfig:
     # folder it imports from (lockcheck/clients.py)
     client: str | None = None
     client_path: str | None = None
+    # where the spool keeps the lines not yet sent (the controller reads what a worker
+    # that died left there); None: no file, and each release's invoke is sent first
+    keep_path: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -93,8 +96,8 @@ class WorkerConfig:
 # as JSON, error)
 Pending = tuple[int, Any, str, str, str | None, str, str | None]
 # without `prompt`: lines go out at a round's start once this long has passed since they
-# last went (and before every sleep and every release): what a killed worker can lose in
-# back-to-back rounds, and how late a fault aimed at a holder sees a grant. Once a fault
+# last went (and before every sleep): how late a fault aimed at a holder sees a grant in
+# back-to-back rounds, and, without a keep file, what a killed worker can lose. Once a fault
 # watches who holds a lock (the controller writes `HURRY` to the worker's stdin) it is
 # `ROUND_FLUSH_NS`; until then `QUIET_FLUSH_NS`, when nothing reads the lines sooner
 # than the intake's 50 ms gather anyway (docs/benchmarks.md, "Harness overhead")
@@ -112,18 +115,22 @@ class Recorder:
     to send included; where it was not built, `PySpool` keeps the op and makes its line
     when it goes out). A value is encoded at the call unless it is `Encoded`, so a
     caller's later change to it cannot reach the history. The lines are written in
-    bulk: before every sleep (`flush`), at a release's `invoke` (so that a worker that
-    dies once its release took effect never leaves a history in which it still holds
-    the lock), and at the start of a round (the `invoke` of an acquire) if 5 ms have
-    passed since they last went (`QUIET_FLUSH_NS`; 1 ms, `ROUND_FLUSH_NS`, once a fault
-    watches who holds a lock: `hurry`); with `prompt` (a fault acts on ops as they
-    arrive: client-pause), at every op, whatever its type (an `event` of a critical
-    section is what the fault waits for), so that no line waits while the worker waits.
-    So back-to-back rounds cost one write to the pipe a granted round instead of six
-    (docs/benchmarks.md, "Harness overhead"). A worker killed mid-run loses at most its
-    last 5 ms or round, never a release's `invoke`: what is recorded is always a prefix
-    of what it did, so what was lost reads as ops cut off (`info`), never as ok, and a
-    lock it gave up is never read as still held.
+    bulk: before every sleep (`flush`) and at the start of a round (the `invoke` of an
+    acquire) if 5 ms have passed since they last went (`QUIET_FLUSH_NS`; 1 ms,
+    `ROUND_FLUSH_NS`, once a fault watches who holds a lock: `hurry`); with `prompt` (a
+    fault acts on ops as they arrive: client-pause), at every op, whatever its type (an
+    `event` of a critical section is what the fault waits for), so that no line waits
+    while the worker waits. So back-to-back rounds cost a write to the pipe every few
+    milliseconds instead of six per round (docs/benchmarks.md, "Harness overhead").
+
+    A killed worker loses none of its lines: with `keep` (an open file, the run's
+    `workers/<name>.unsent`) the compiled spool holds the lines it has not sent in a
+    shared mapping of that file, and the controller takes them from there when the
+    worker's pipe ends (`lockcheck/intake.py`). Without it (the Python spool, or no
+    file), a release's `invoke` goes out before the release is sent, and a killed
+    worker loses at most its last 5 ms or round, never a release: what is recorded is
+    always a prefix of what it did, what was lost reads as ops cut off, and a lock it
+    gave up is never read as still held.
 
     A line goes into the spool whole, without a lock (the spool lets no other thread in
     while it copies a line); taking the lines and writing them is under `lock`, so each
@@ -136,14 +143,15 @@ class Recorder:
     lines decoded)."""
 
     def __init__(self, out: IO[str] | IO[bytes], t0_ns: int, worker: int,
-                 prompt: bool = True) -> None:
+                 prompt: bool = True, keep: int | None = None) -> None:
         self.write = byte_sink(out)
         self.t0 = t0_ns
         self.worker = worker
         self.prompt = prompt
         self.lock = threading.Lock()
         self.broken = False
-        self.spool = make_spool(worker, t0_ns, prompt)  # the lines not yet written
+        # the lines not yet written (and, with `keep`, a file that holds them too)
+        self.spool = make_spool(worker, t0_ns, prompt, keep=keep)
 
     def __call__(self, process: int, type_: str, f: str, key: str | None, value: Any = None,
                  error: str | None = None) -> None:
@@ -162,6 +170,8 @@ class Recorder:
                 self.write(self.spool.take())
             except (BrokenPipeError, ValueError, OSError):
                 self.broken = True  # the controller is gone: stop
+            else:
+                self.spool.sent()
 
 
 def byte_sink(out: IO[str] | IO[bytes]) -> Callable[[bytes], None]:
@@ -229,6 +239,9 @@ class PySpool:
             self.flushed = time.monotonic_ns() - self.t0
         return lines(self.worker, pending).encode() if pending else b""
 
+    def sent(self) -> None:
+        """Nothing to do: this spool keeps no file (its releases go out at once)."""
+
 
 def lines(worker: int, ops: list[Pending]) -> str:
     """The Recorder's lines for `ops`, in one string."""
@@ -279,19 +292,25 @@ class Spool(Protocol):
 
     def take(self) -> bytes: ...
 
+    def sent(self) -> None: ...
+
     every_ns: int
 
 
 def make_spool(worker: int, t0_ns: int = 0, prompt: bool = False,
-               compiled: bool = True) -> Spool:
-    """The compiled spool if it was built (and `compiled`), else the Python one."""
+               compiled: bool = True, keep: int | None = None) -> Spool:
+    """The compiled spool if it was built (and `compiled`), else the Python one. `keep`:
+    an open file the compiled spool keeps its lines in until they were written, so
+    that the controller finds them if the worker dies first (`lockcheck/intake.py`);
+    the Python spool has none, and sends a release's `invoke` before the release."""
     try:
         from lockcheck._crecord import Spool as CSpool
     except ImportError:
         compiled = False
     if compiled:
         return cast(Spool, CSpool(worker, _string, _dumps, Encoded, t0=t0_ns, prompt=prompt,
-                                  every_ns=QUIET_FLUSH_NS))
+                                  every_ns=QUIET_FLUSH_NS,
+                                  keep=-1 if keep is None else keep))
     return PySpool(worker, _string, _dumps, Encoded, t0_ns, prompt)
 
 
@@ -304,8 +323,8 @@ class AlternatingRecorder(Recorder):
     BUCKET_NS = 100_000_000
 
     def __init__(self, out: IO[str] | IO[bytes], t0_ns: int, worker: int,
-                 phase_s: float) -> None:
-        super().__init__(out, t0_ns, worker, prompt=False)
+                 phase_s: float, keep: int | None = None) -> None:
+        super().__init__(out, t0_ns, worker, prompt=False, keep=keep)
         self.phase_ns = int(phase_s * 1e9)
         self.acquires: dict[int, int] = {}  # 100 ms bucket since t0 -> ok acquires, off
         self.busy: dict[int, int] = {}  # the same for acquires refused (the lock was held)
@@ -614,9 +633,12 @@ def main(argv: list[str]) -> int:
     raw = io.FileIO(sys.stdout.fileno(), "w", closefd=False)
     out = io.BufferedWriter(raw, 1 << 16)
     sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    rec = Recorder(out, cfg.t0_ns, cfg.worker, cfg.prompt) \
+    # the file the spool keeps unsent lines in: the controller reads it if we die
+    keep = None if cfg.keep_path is None else \
+        os.open(cfg.keep_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    rec = Recorder(out, cfg.t0_ns, cfg.worker, cfg.prompt, keep) \
         if cfg.record_phase_s is None else \
-        AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s)
+        AlternatingRecorder(out, cfg.t0_ns, cfg.worker, cfg.record_phase_s, keep)
     backend = BACKENDS[cfg.backend]
     workload = WORKLOADS[cfg.workload]
     # client-pause --pause-at acquire / release: the lock client stops the worker itself

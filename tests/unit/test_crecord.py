@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -233,3 +235,42 @@ def test_a_line_is_whole_when_its_encoder_lets_another_thread_in(kind: str) -> N
     got = spool.take().splitlines(keepends=True)
     assert [json.loads(x)["value"] for x in got] == [{"inner": True}, "outer"]
     assert all(in_layout(x) for x in got)
+
+
+def test_a_kept_spool_holds_its_unsent_lines_in_its_file(tmp_path: Path) -> None:
+    """With `keep`, the lines not yet sent are also in a file the controller reads if
+    the worker dies: whole lines only, kept from `take` until `sent`; so a release's
+    invoke need not be sent at once."""
+    path = tmp_path / "c0.unsent"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def kept() -> bytes:
+        data = path.read_bytes()
+        return data[8:8 + int.from_bytes(data[:8], "little")]
+
+    try:
+        s = crecord.Spool(3, _string, _dumps, Encoded, t0=0, prompt=False, every_ns=10**12,
+                          keep=fd)
+        assert kept() == b""
+        s.add(1, 1, "invoke", "acquire", "k0", {"ttl_ms": 5}, None)
+        one = kept()
+        assert one.endswith(b"\n") and one.count(b"\n") == 1
+        assert s.record(1, "invoke", "release", "k0") is False  # the file keeps it
+        two = kept()
+        assert two.startswith(one) and two.count(b"\n") == 2
+        assert s.take() == two and kept() == two  # not sent yet: still kept
+        s.add(2, 1, "ok", "release", "k0", None, None)  # another thread, before `sent`
+        s.sent()
+        assert kept().startswith(two) and kept().count(b"\n") == 3
+        assert len(s) == len(kept()) - len(two)
+        assert s.take() == kept()[len(two):]
+        s.sent()
+        assert kept() == b"" and len(s) == 0
+        for i in range(5000):  # past the file's first size: it grows with the spool
+            s.add(i, 1, "invoke", "acquire", "k0", {"ttl_ms": 1000}, None)
+        big = kept()
+        assert big.count(b"\n") == 5000 and len(big) > 65536
+        assert s.take() == big
+        del s
+    finally:
+        os.close(fd)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -104,6 +106,62 @@ def test_a_line_out_of_layout_is_dropped_and_counted(tmp_path: Path) -> None:
     assert src.bad_lines == 3  # two junk lines, and the last one cut off mid-line
     ops = read_history(tmp_path / "history.jsonl")
     assert len(ops) == 8 and len(seen) == 4
+
+
+def test_the_lines_a_dead_worker_had_not_sent_come_from_its_spool_file(
+        tmp_path: Path) -> None:
+    """The pipe brought five lines and the start of a sixth; the worker's spool file
+    holds lines from the fourth on (lines already sent may stay in front of it): the
+    history gets each line once, in order, the cut-off one whole."""
+    lines = recorded(2, 3).splitlines(keepends=True)  # twelve lines
+    keep = tmp_path / "w.unsent"
+    body = b"".join(lines[3:])
+    keep.write_bytes(len(body).to_bytes(8, "little") + body + b'{"time": 9, "proc')
+    intake, writer, _ = setup(tmp_path)
+    fd, t = feed(b"".join(lines[:5]) + lines[5][:10], [])
+    src = intake.add("w2", os.fdopen(fd, "rb"), str(keep))
+    t.join()
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+    got = (tmp_path / "history.jsonl").read_bytes().splitlines()
+    assert [json.loads(x)["index"] for x in got] == list(range(12))
+    assert [{k: v for k, v in json.loads(x).items() if k != "index"} for x in got] \
+        == [json.loads(x) for x in lines]
+    assert (src.bad_lines, src.unsent_lines) == (0, 7)
+    assert not keep.exists()
+
+
+def test_a_worker_killed_with_lines_in_its_spool_loses_none(tmp_path: Path) -> None:
+    """A worker's Recorder keeps what it has not sent in a file; killed before it sends
+    them, its lines still reach the history, through the intake."""
+    pytest.importorskip("lockcheck._crecord", reason="the compiled recorder was not built")
+    keep = tmp_path / "w.unsent"
+    code = ("import io, os, sys\n"
+            "from lockcheck.workloads.worker import Recorder\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "out = io.BufferedWriter(io.FileIO(1, 'w', closefd=False))\n"
+            "rec = Recorder(out, 0, 4, prompt=False, keep=fd)\n"
+            "rec(4, 'invoke', 'acquire', 'k0', {'ttl_ms': 100})\n"
+            "rec(4, 'fail', 'acquire', 'k0', None, 'busy')\n"
+            "rec(4, 'invoke', 'acquire', 'k1', {'ttl_ms': 100})\n"
+            "rec.flush()\n"
+            "rec(4, 'ok', 'acquire', 'k1', {'fence': 1})\n"
+            "rec(4, 'invoke', 'release', 'k1', {'fence': 1})\n"
+            "os.kill(os.getpid(), 9)\n")
+    intake, writer, _ = setup(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", code, str(keep)], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    src = intake.add("w4", p.stdout, str(keep))
+    assert p.wait(30) == -9
+    assert src.wait_ended(5)
+    intake.close()
+    writer.close()
+    ops = read_history(tmp_path / "history.jsonl")
+    assert [(op.type, op.f, op.key) for op in ops] == [
+        ("invoke", "acquire", "k0"), ("fail", "acquire", "k0"), ("invoke", "acquire", "k1"),
+        ("ok", "acquire", "k1"), ("invoke", "release", "k1")]
+    assert src.unsent_lines == 2 and not keep.exists()
 
 
 def test_lines_are_on_disk_as_they_arrive(tmp_path: Path) -> None:
