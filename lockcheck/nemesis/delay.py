@@ -27,8 +27,10 @@ from lockcheck.cluster.probe import NotReady, tail_lines, tcp_exchange, wait_unt
 from lockcheck.nemesis.api import PrepareContext, RunContext
 from lockcheck.nemesis.process import pick_targets
 
-PROXY_PORT = 47001  # on each node, beside the service: where redirected clients land
-CONTROL_PORT = 47002  # where the controller sets the delay
+# below the kernel's ephemeral range (32768-60999): there an outgoing connection of the
+# node (a replica's to its master) may hold the port, and the proxy cannot bind it
+PROXY_PORT = 29001  # on each node, beside the service: where redirected clients land
+CONTROL_PORT = 29002  # where the controller sets the delay
 PREPARE = "lockcheck.nemesis.delay:prepare"
 
 
@@ -112,8 +114,8 @@ def prepare(ctx: PrepareContext) -> Proxies:
             except NotReady:
                 if p.daemon.alive():
                     raise
-                # it exited while starting (seen once in many runs, cause not kept):
-                # one more start, and its log in the error if that one fails too
+                # it exited while starting (its ports were once in the ephemeral range,
+                # held by a connection): one more start, its log in the error if it fails
                 p = proxies.proxies[name] = Proxy(p.node, p.service_port,
                                                   _spawn(p.node, p.service_port))
                 _ready(p)
