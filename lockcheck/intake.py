@@ -106,9 +106,11 @@ class Source:
         cut = data.rfind(b"\n") + 1
         self.rest = data[cut:]
         if cut and self.keep is not None:
-            line = data[data.rfind(b"\n", 0, cut - 1) + 1:cut]
-            if line.startswith(_HEAD):  # not a library's print
-                self.last = line
+            start = data.rfind(b"\n", 0, cut - 1) + 1
+            if not data.startswith(_HEAD, start):  # a library's print: the op line before
+                start = data.rfind(_NEXT, 0, start) + 1
+            if data.startswith(_HEAD, start):
+                self.last = data[start:data.index(b"\n", start) + 1]
         return data[:cut]
 
     def unsent(self) -> bytes:

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockcheck.history import HistoryWriter, read_history
-from lockcheck.intake import GATHER_S, QUIET_GATHER_S, Intake, in_layout
+from lockcheck.intake import GATHER_S, QUIET_GATHER_S, Intake, Source, in_layout
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.results.progress import LiveStats
 from lockcheck.runner import history_intake
@@ -130,6 +130,21 @@ def test_the_lines_a_dead_worker_had_not_sent_come_from_its_spool_file(
         == [json.loads(x) for x in lines]
     assert (src.bad_lines, src.unsent_lines) == (0, 7)
     assert not keep.exists()
+
+
+def test_a_print_after_the_last_line_sent_does_not_hide_it(tmp_path: Path) -> None:
+    """A client library's print may be the last thing the pipe brought: the lines taken
+    from the spool file still start after the last op line, none twice."""
+    lines = recorded(1, 2).splitlines(keepends=True)  # eight lines
+    keep = tmp_path / "w.unsent"
+    body = b"".join(lines[2:])
+    keep.write_bytes(len(body).to_bytes(8, "little") + body)
+    r, w = os.pipe()
+    os.close(w)
+    with os.fdopen(r, "rb") as stream:
+        src = Source("w1", stream, str(keep))
+        src.block(lines[0] + lines[1] + lines[2] + lines[3] + b"a library said hello\n")
+        assert src.unsent() == b"".join(lines[4:])
 
 
 def test_a_worker_killed_with_lines_in_its_spool_loses_none(tmp_path: Path) -> None:
