@@ -69,18 +69,18 @@ def measure(a: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
             t0 = time.monotonic_ns()
             workers = []
             for i, host in enumerate(cluster.clients):
+                keep = out_dir / f"worker-{i}.unsent"  # as `lockcheck test` gives it
                 cfg = WorkerConfig(
                     worker=i, process_stride=spec.process_stride, backend="redis",
                     workload="mutex", client_config=db.client_config(),
                     keys=default_keys(spec.keys).names, ttl_ms=spec.ttl_ms, hold_ms=(0, 0), seed=1,
                     t0_ns=t0, op_timeout_s=spec.op_timeout_s, record_phase_s=a.phase,
-                    keep_path=str(out_dir / f"worker-{i}.unsent"))  # as `lockcheck test`
+                    keep_path=str(keep))
                 d = host.spawn(f"worker-{i}",
                                [sys.executable, "-P", "-m", WORKER_MODULE, cfg.to_json()],
                                log_path=out_dir / f"worker-{i}.log",
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-                workers.append(WorkerHandle(i, host.name, d, intake, host.name,
-                                            Path(cfg.keep_path)))
+                workers.append(WorkerHandle(i, host.name, d, intake, host.name, keep))
             cpu0 = time.process_time()
             pids = {"workers": [w.daemon.pid for w in workers],
                     "redis-server": [s.daemon.pid for s in db.servers.values()

@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import selectors
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -128,7 +129,7 @@ class Source:
             with contextlib.suppress(OSError):
                 os.unlink(self.keep)
         # the spool's header: how many bytes of whole lines follow (_crecord.c)
-        n = int.from_bytes(data[:8], "little", signed=True) if len(data) >= 8 else 0
+        n = int.from_bytes(data[:8], sys.byteorder, signed=True) if len(data) >= 8 else 0
         kept = data[8:8 + max(0, n)]
         # lines are unique (each has its process and its nanosecond): what the file
         # holds after the last line the pipe brought went no further
@@ -344,14 +345,12 @@ class Intake(threading.Thread):
                     continue
                 self.sel.unregister(src.fd)
                 live -= 1
-                if tail := src.unsent():  # the worker died before it sent these
-                    if src.rest:  # a cut-off line the file does not go on with
-                        src.bad_lines += 1
-                        src.rest = b""
-                    self._take(src, src.block(tail), batch)
-                if src.rest:  # cut off mid-line: the worker died while writing
+                tail = src.unsent()  # what the worker died before sending
+                if src.rest:  # cut off mid-line, and the file did not complete it
                     src.bad_lines += 1
                     src.rest = b""
+                if tail:
+                    self._take(src, src.block(tail), batch)
                 src.ended.set()
             if batch.blocks:
                 self._deliver(batch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,7 @@ def test_a_kept_spool_holds_its_unsent_lines_in_its_file(tmp_path: Path) -> None
 
     def kept() -> bytes:
         data = path.read_bytes()
-        return data[8:8 + int.from_bytes(data[:8], "little")]
+        return data[8:8 + int.from_bytes(data[:8], sys.byteorder)]
 
     try:
         s = crecord.Spool(3, _string, _dumps, Encoded, t0=0, prompt=False, every_ns=10**12,

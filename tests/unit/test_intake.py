@@ -116,7 +116,7 @@ def test_the_lines_a_dead_worker_had_not_sent_come_from_its_spool_file(
     lines = recorded(2, 3).splitlines(keepends=True)  # twelve lines
     keep = tmp_path / "w.unsent"
     body = b"".join(lines[3:])
-    keep.write_bytes(len(body).to_bytes(8, "little") + body + b'{"time": 9, "proc')
+    keep.write_bytes(len(body).to_bytes(8, sys.byteorder) + body + b'{"time": 9, "proc')
     intake, writer, _ = setup(tmp_path)
     fd, t = feed(b"".join(lines[:5]) + lines[5][:10], [])
     src = intake.add("w2", os.fdopen(fd, "rb"), str(keep))
@@ -138,7 +138,7 @@ def test_a_print_after_the_last_line_sent_does_not_hide_it(tmp_path: Path) -> No
     lines = recorded(1, 2).splitlines(keepends=True)  # eight lines
     keep = tmp_path / "w.unsent"
     body = b"".join(lines[2:])
-    keep.write_bytes(len(body).to_bytes(8, "little") + body)
+    keep.write_bytes(len(body).to_bytes(8, sys.byteorder) + body)
     r, w = os.pipe()
     os.close(w)
     with os.fdopen(r, "rb") as stream:
