@@ -52,6 +52,45 @@ def state_dir() -> Path:
     return Path(os.environ.get("LOCKCHECK_STATE_DIR", "/run/lockcheck"))
 
 
+# -- SIGINT in children the tests interrupt ---------------------------------------------
+
+# A shell's `cmd &` (no job control) starts cmd with SIGINT ignored, and exec keeps an
+# ignored signal ignored: a child we later interrupt would ignore the Ctrl-C it is
+# tested with. This shim restores the default (then Python's KeyboardInterrupt handler
+# is installed as usual) and execs the command, keeping its PID. An exec, unlike a
+# preexec_fn, is safe in a parent with threads (the CLI runner's watchers).
+_SIGINT_SHIM = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def sigint_default(argv: Sequence[str]) -> list[str]:
+    """`argv` to start a child that a SIGINT stops, even if ours is ignored."""
+    return [sys.executable, "-I", "-S", "-c", _SIGINT_SHIM, *argv]
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process for the test (a background job's
+    Python starts with SIGINT ignored and installs no handler)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, what: str,
+             detail: Callable[[], str] = str, interval: float = 0.05) -> None:
+    """Until `pred()` holds; fails naming `what` (and `detail()`) after `timeout` seconds.
+    A test waits for the state it needs instead of sleeping for a time that a loaded
+    machine stretches."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}:\n{detail()}")
+        time.sleep(interval)
+
+
 # -- the needs_root_netns marker --------------------------------------------------------
 
 
@@ -370,8 +409,9 @@ class CliProcess:
         if env is not None:
             full_env.update(env)
         self.popen = subprocess.Popen(
-            [*(user or []), *self.argv], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            sigint_default([*(user or []), *self.argv]), cwd=cwd, env=full_env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
         )
         self.pid = self.popen.pid
         cli.started_pids.append(self.pid)
@@ -436,13 +476,15 @@ class CliProcess:
             self._stop.wait(0.05)
 
     def wait_for(self, pred: Callable[[], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
+        """Until `pred()` holds while lockcheck runs (see the module's `wait_for`)."""
+        def held() -> bool:
+            if pred():
+                return True
             if self.popen.poll() is not None:
                 raise AssertionError(f"lockcheck exited before {what}:\n{self.stderr_so_far}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n{self.stderr_so_far}")
-            time.sleep(0.05)
+            return False
+
+        wait_for(held, timeout, what, lambda: self.stderr_so_far)
 
     def wait_running(self, timeout: float = 30.0) -> RunTrace:
         """Until the run's workers are up (the registry lists the cluster's pids)."""

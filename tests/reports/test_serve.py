@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import sigint_default
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,8 +36,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(site: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "lockcheck.cli", "serve", str(site), "--port",
-                          "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    p = subprocess.Popen(sigint_default([sys.executable, "-m", "lockcheck.cli", "serve",
+                                         str(site), "--port", "0"]),
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                          env=env, start_new_session=True)
     try:
         assert p.stdout is not None

@@ -30,6 +30,7 @@ from lockcheck.cluster.state import Registry
 from lockcheck.db.memory import MemoryDB
 from lockcheck.runner import RunOutcome, Teardown, run_test
 from lockcheck.spec import TestSpec
+from tests.conftest import sigint_default
 
 
 def spec(tmp: Path, **kw: Any) -> TestSpec:
@@ -147,6 +148,7 @@ def test_a_run_whose_harness_fails_mid_way_is_unknown_and_removed(
     assert_all_gone(outcome, reg)
 
 
+@pytest.mark.usefixtures("sigint_raises")
 def test_an_interrupt_heals_removes_and_checks_what_was_recorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     start_nemesis = runner.Run.start_nemesis
@@ -170,10 +172,10 @@ def test_ctrl_c_at_the_terminal_stops_the_command_with_130(tmp_path: Path) -> No
     servers and workers are in sessions of their own, so only the controller gets it."""
     env = {**os.environ, "LOCKCHECK_STATE_DIR": str(tmp_path / "reg")}
     results = tmp_path / "results"
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(sigint_default(
         [sys.executable, "-m", "lockcheck.cli", "test", "--backend", "memory", "--provider",
          "inproc", "--nemesis", "kill", "--time-limit", "60", "--no-report",
-         "--results-dir", str(results)], env=env, stdout=subprocess.DEVNULL,
+         "--results-dir", str(results)]), env=env, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -189,8 +191,13 @@ def test_ctrl_c_at_the_terminal_stops_the_command_with_130(tmp_path: Path) -> No
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
+            # killed, the controller cannot stop its servers and workers (own sessions):
+            # lockcheck's cleanup removes them, or they outlive the suite
             proc.kill()
             proc.wait()
+            for st in Registry(tmp_path / "reg").all():
+                subprocess.run([sys.executable, "-m", "lockcheck.cli", "cluster", "down",
+                                st.run_id], env=env, capture_output=True, timeout=60)
     assert proc.returncode == exitcodes.INTERRUPTED, err
     assert "interrupted: faults healed, cluster removed" in err
     rid = json.loads((history.parent / "test.json").read_text())["run_id"]
