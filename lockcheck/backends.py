@@ -41,9 +41,14 @@ class Backend:
     default_nodes: int = 1
     min_nodes: int = 1
     max_nodes: int | None = None
-    # the server programs a node runs (a name on PATH, or a path) -> the Debian package
-    # that brings each
+    # the server programs a node runs (a name on PATH, a path, or a path with a `*` for
+    # a version folder: `preflight.find_program`) -> the Debian package that brings each
     servers: Mapping[str, str] = field(default_factory=dict)
+    # what `--server` calls the servers above ("redis"), and the other servers the
+    # backend can run instead (`--server valkey`), each with its programs and packages
+    # as in `servers`; the database starts `<server>-server` and `<server>-sentinel`
+    server: str = ""
+    alternatives: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
     unsafe: bool = False  # a variant that exists to show a known failure
     # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
@@ -67,6 +72,25 @@ class Backend:
         """The Debian packages that bring them."""
         return tuple(dict.fromkeys(self.servers.values()))
 
+    def choose_server(self, choice: str | None) -> str | None:
+        """`--server`'s choice as a run records it: None for the backend's own server,
+        or a name from `alternatives`; anything else is refused with one line."""
+        if choice is None or choice == self.server:
+            return None
+        if choice in self.alternatives:
+            return choice
+        if not self.alternatives:
+            raise BadInput(f"--server {choice}: backend {self.name} runs "
+                           f"{self.server or 'its own server'} only")
+        names = ", ".join([self.server, *self.alternatives])
+        raise BadInput(f"unknown --server {choice!r} for backend {self.name}; choose from "
+                       f"{names}")
+
+    def server_programs(self, choice: str | None) -> Mapping[str, str]:
+        """The programs (-> Debian packages) of the chosen server."""
+        chosen = self.choose_server(choice)
+        return self.servers if chosen is None else self.alternatives[chosen]
+
     def make_db(self, spec: TestSpec) -> DB:
         factory: Callable[..., DB] = load(self.db)
         return factory(spec, self.options)
@@ -89,12 +113,25 @@ class Backend:
             return "not installed"
 
 
+POSTGRES_PROGRAM = "/usr/lib/postgresql/*/bin/postgres"
+
+
+# the Redis-protocol servers: Redis, and Valkey (its fork, which many distributions
+# and managed services ship instead; Debian 13 and Ubuntu 25.04 have it)
+VALKEY = {"valkey-server": "valkey-server"}
+# where a server's package exists, for the line that refuses a run without it
+PACKAGED_IN = {"valkey-server": "Debian 13, Ubuntu 25.04 and newer",
+               "valkey-sentinel": "Debian 13, Ubuntu 25.04 and newer"}
+VALKEY_SENTINEL = {**VALKEY, "valkey-sentinel": "valkey-sentinel"}
+
+
 def _redis(**kw: Any) -> Backend:
     """Single-instance Redis backends: redis-py on one master per lock name."""
     base: dict[str, Any] = dict(
         family="redis", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redis:make_clients", library="redis",
-        servers={"redis-server": "redis-server"})
+        servers={"redis-server": "redis-server"}, server="redis",
+        alternatives={"valkey": VALKEY})
     return Backend(**{**base, **kw})
 
 
@@ -103,7 +140,8 @@ def _redlock(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="redlock", db="lockcheck.db.redis:RedisDB",
         client="lockcheck.locks.redlock:make_clients", library="pottery",
-        servers={"redis-server": "redis-server"}, default_nodes=5, min_nodes=3,
+        servers={"redis-server": "redis-server"}, server="redis",
+        alternatives={"valkey": VALKEY}, default_nodes=5, min_nodes=3,
         stops_at_reply=True)
     return Backend(**{**base, **kw})
 
@@ -113,7 +151,7 @@ def _etcd(**kw: Any) -> Backend:
     base: dict[str, Any] = dict(
         family="etcd", db="lockcheck.db.etcd:EtcdDB",
         client="lockcheck.locks.etcd:make_clients", library="requests",
-        servers={"etcd": "etcd-server"}, default_nodes=3)
+        servers={"etcd": "etcd-server"}, server="etcd", default_nodes=3)
     return Backend(**{**base, **kw})
 
 
@@ -125,18 +163,22 @@ def _sentinel(**kw: Any) -> Backend:
         fence="INCR of a per-name counter on the primary, in the grant's Lua script; "
               "replicated asynchronously, so a failover can repeat or lower it",
         default_nodes=3, min_nodes=3,
-        servers={"redis-server": "redis-server", "redis-sentinel": "redis-sentinel"})
+        servers={"redis-server": "redis-server", "redis-sentinel": "redis-sentinel"},
+        server="redis", alternatives={"valkey": VALKEY_SENTINEL})
     return Backend(**{**base, **kw})
 
 
 def _postgres(**kw: Any) -> Backend:
-    """One PostgreSQL 15 server; psycopg 3 on one autocommit session per worker."""
+    """One PostgreSQL server (the distribution's major); psycopg 3 on one autocommit
+    session per worker."""
     base: dict[str, Any] = dict(
         family="postgres", db="lockcheck.db.postgres:PostgresDB",
         client="lockcheck.locks.postgres:make_clients", library="psycopg",
         library_extras=("binary",), max_nodes=1,
         # setpriv and unshare come with util-linux, which every Debian has
-        servers={"/usr/lib/postgresql/15/bin/postgres": "postgresql-15"})
+        # the `postgresql` package brings the distribution's own major (15 on Debian
+        # 12, 17 on Debian 13, 16 on Ubuntu 24.04) into a folder named after it
+        servers={POSTGRES_PROGRAM: "postgresql"}, server="postgres")
     return Backend(**{**base, **kw})
 
 
@@ -146,7 +188,7 @@ def _zookeeper(**kw: Any) -> Backend:
         family="zookeeper", db="lockcheck.db.zookeeper:ZooKeeperDB",
         client="lockcheck.locks.kazoo:make_clients", library="kazoo", default_nodes=3,
         # the zookeeper package brings java and the jars (checked at setup)
-        servers={"java": "zookeeper"},
+        servers={"java": "zookeeper"}, server="zookeeper",
         fence="czxid of the lock's own znode (ensemble-wide zxid of its create)")
     return Backend(**{**base, **kw})
 

@@ -150,6 +150,10 @@ def main() -> None:
               help="Run this lock client against the backend's servers instead of its "
                    "own: a shipped adapter (see: lockcheck backends) or your factory, "
                    "MODULE:FACTORY or path/to/file.py:FACTORY (docs/your-own-lock.md).")
+@click.option("--server", default=None,
+              help="Run another server the backend's clients speak to instead of its own: "
+                   "valkey for the Redis backends (redis, redlock, redis-sentinel and "
+                   "their variants) [default: the backend's own].")
 @click.option("--workload", default="mutex", show_default=True, help="What the clients do.")
 @click.option("--nemesis", default="partition", show_default=True,
               help="none, or faults, comma-separated (which backend takes which: "
@@ -239,7 +243,8 @@ def test(ctx: click.Context, **o: Any) -> int:
         if o["seed"] is not None:
             seed += i
         spec = TestSpec(
-            backend=b.name, client=o["client"], workload=o["workload"], nemesis=nemesis,
+            backend=b.name, server=b.choose_server(o["server"]), client=o["client"],
+            workload=o["workload"], nemesis=nemesis,
             provider=o["provider"],
             provider_options=provider_opts,
             nodes=o["nodes"] or b.default_nodes,

@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcheck.backends import BACKENDS
+from lockcheck.backends import BACKENDS, PACKAGED_IN
 from lockcheck.errors import BadInput
 
 # the tools lockcheck itself drives on this machine -> their Debian packages
 TOOLS = {"ip": "iproute2", "iptables": "iptables"}
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", path))
+
+
+def find_program(program: str) -> str | None:
+    """Where a server program is on this machine: a name on PATH, a path, or a path
+    with one `*` for a version folder (`/usr/lib/postgresql/*/bin/postgres`), which
+    finds the highest version installed: distributions ship different majors."""
+    if "*" in program:
+        found = sorted(glob.glob(program), key=_version_key)
+        return found[-1] if found else None
+    if program.startswith("/"):
+        return program if os.path.exists(program) else None
+    return shutil.which(program)
 
 
 def debian_package_of() -> dict[str, str]:
@@ -22,6 +40,8 @@ def debian_package_of() -> dict[str, str]:
     out = dict(TOOLS)
     for b in BACKENDS.values():
         out.update(b.servers)
+        for programs in b.alternatives.values():
+            out.update(programs)
     return out
 
 
@@ -77,7 +97,7 @@ def doctor() -> list[Finding]:
         for binary in b.binaries:
             needed.setdefault(binary, []).append(b.name)
     for binary, users in needed.items():
-        path = shutil.which(binary)
+        path = find_program(binary)
         detail = (path or "not found") + f" (for {', '.join(users)})"
         out.append(Finding(binary, path is not None, detail,
                            INSTALL.get(binary, "scripts/install")))
@@ -104,6 +124,7 @@ def debian_packages(binaries: Sequence[str]) -> tuple[str, ...]:
 def require_binaries(binaries: Sequence[str]) -> None:
     """Raise BadInput with one clear line for the first server program that is missing."""
     for b in binaries:
-        if shutil.which(b) is None:
+        if find_program(b) is None:
             how = INSTALL.get(b, "scripts/install")
-            raise BadInput(f"{b} not found; install it with: {how}")
+            where = f" (packaged in {PACKAGED_IN[b]})" if b in PACKAGED_IN else ""
+            raise BadInput(f"{b} not found; install it with: {how}{where}")

@@ -37,6 +37,7 @@ from lockcheck.cluster.api import DB, Cluster, LogFiles, Node, capabilities
 from lockcheck.cluster.node import LocalDaemon
 from lockcheck.cluster.providers import ClusterRequest, Provider, check_provider, provider
 from lockcheck.cluster.state import Registry
+from lockcheck.distro import distribution
 from lockcheck.errors import BadInput
 from lockcheck.history import HistoryError, HistoryWriter, Op, read_history_full
 from lockcheck.intake import GATHER_S, QUIET_GATHER_S, EventRow, Intake
@@ -99,7 +100,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None, *,
     # the databases find their programs (and versions) on the controller, whatever
     # the provider: the docker image and the ssh provider's apt step put the same
     # Debian packages at the same paths on the nodes
-    require_binaries(b.binaries)
+    require_binaries(tuple(b.server_programs(spec.server)))
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     check_provider(p, spec, say)  # its options and hosts, the faults it cannot inject
@@ -118,7 +119,7 @@ def cluster_request(p: Plan, registry: Registry, *, kind: str = "test",
     return ClusterRequest(
         nodes=spec.nodes, clients=spec.concurrency if clients is None else clients,
         registry=registry, subnet=spec.subnet, kind=kind, options=spec.provider_options,
-        packages=debian_packages(p.backend.binaries), say=say)
+        packages=debian_packages(tuple(p.backend.server_programs(spec.server))), say=say)
 
 
 def check_fault_prerequisites(spec: TestSpec) -> None:
@@ -249,12 +250,20 @@ class WorkerHandle:
 
 def versions(p: Plan) -> dict[str, str]:
     v = {"lockcheck": __version__, "python": platform.python_version(),
-         "kernel": platform.release(), p.backend.library: p.backend.library_version()}
+         "kernel": platform.release(), "distribution": distribution(),
+         p.backend.library: p.backend.library_version()}
     if p.backend.library == "redis":
         v["redis-py"] = v["redis"]  # the name users know it by
-    with contextlib.suppress(Exception):  # a version we cannot read is not worth a failure
-        v.update(p.db.versions())
+    v.update(server_versions(p))
     return v
+
+
+def server_versions(p: Plan) -> dict[str, str]:
+    """The servers' programs and versions alone: what `compare` keeps apart, since a
+    finding is a claim about a server version."""
+    with contextlib.suppress(Exception):  # a version we cannot read is not worth a failure
+        return dict(p.db.versions())
+    return {}
 
 
 def setup_logging(run_dir: Path) -> logging.Handler:
@@ -380,6 +389,7 @@ class Run:
                              "fence": p.backend.fence, "description": p.backend.description,
                              "capabilities": capabilities(p.db)}
         t["versions"] = versions(p)
+        t["server_versions"] = server_versions(p)
         if p.client is not None:
             info = t["client"] = p.client.info()
             t["backend_info"].update(
@@ -420,7 +430,9 @@ class Run:
         t = time.monotonic()
         self.p.db.setup(self.cluster)
         log.info("%s serving in %.2fs", self.p.db.name, time.monotonic() - t)
-        self.test["versions"] = versions(self.p)  # now the servers can be asked
+        # now the servers can be asked (a node's may differ from this machine's)
+        self.test["versions"].update(versions(self.p))
+        self.test["server_versions"] = server_versions(self.p)
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
         self.p.backend.prepare(self.p.db, self.spec)

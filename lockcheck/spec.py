@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from lockcheck.errors import BadInput
@@ -23,6 +23,9 @@ class TestSpec:
     # a lock client run against the backend's servers instead of its own: a shipped
     # adapter's name or "module:factory" (lockcheck/clients.py)
     client: str | None = None
+    # the server the backend runs instead of its own (`--server valkey` for the Redis
+    # backends: `Backend.alternatives`); None: its own
+    server: str | None = None
     workload: str = "mutex"
     nemesis: tuple[str, ...] = ("partition",)
     provider: str = "local"
@@ -65,11 +68,14 @@ class TestSpec:
 
     @property
     def run_path(self) -> tuple[str, str, str]:
-        """Where its runs go under the results folder: backend (with the client, when
-        one was brought), workload, nemesis (no ambiguity when a name has a dash)."""
+        """Where its runs go under the results folder: backend (with the server when
+        another was chosen, and the client when one was brought), workload, nemesis
+        (no ambiguity when a name has a dash)."""
         named = ("unfenced", "etcd-txn")  # the resource modes a run's folder shows
         workload = self.workload + (f"-{self.resource}" if self.resource in named else "")
         backend = self.backend
+        if self.server is not None:
+            backend += f"@{self.server}"
         if self.client is not None:
             from lockcheck.clients import client_label
 
@@ -139,6 +145,8 @@ def validate(spec: TestSpec) -> TestSpec:
     from lockcheck.workloads.registry import workload
 
     b = backend(spec.backend)
+    if b.choose_server(spec.server) is None and spec.server is not None:
+        spec = replace(spec, server=None)  # the backend's own, named
     w = workload(spec.workload)
     prov = provider(spec.provider)
     for n in spec.nemesis:

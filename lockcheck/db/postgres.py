@@ -1,4 +1,9 @@
-"""PostgreSQL 15 on one node: a fresh cluster per run, crashed and paused as a whole.
+"""PostgreSQL on one node: a fresh cluster per run, crashed and paused as a whole.
+
+Whichever major the node's distribution ships (Debian 12: 15, Debian 13: 17, Ubuntu
+24.04: 16), found on the node in Debian's versioned folders
+(`/usr/lib/postgresql/<major>/bin`), else through `pg_config --bindir`; a major outside
+`SUPPORTED` is refused with one line naming both.
 
 The server refuses to run as root, so it runs as the `postgres` user through
 `setpriv`, inside `unshare --ipc`: both exec in place, so the PID we keep is the
@@ -23,7 +28,7 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
@@ -31,6 +36,7 @@ from typing import Any
 
 import psycopg
 
+from lockcheck.backends import POSTGRES_PROGRAM
 from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Node
 from lockcheck.cluster.probe import tail_lines, wait_until
@@ -41,9 +47,9 @@ from lockcheck.spec import TestSpec
 
 log = logging.getLogger("lockcheck.postgres")
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-POSTGRES = PG_BIN / "postgres"
-INITDB = PG_BIN / "initdb"
+PG_LIB = Path("/usr/lib/postgresql")
+# pg_terminate_backend's timeout (failover) needs 14; 18 is the newest major tried
+SUPPORTED = range(14, 19)
 DEFAULT_PORT = 5432
 OS_USER = "postgres"  # the server's OS user, and the database superuser clients log in as
 DBNAME = "postgres"
@@ -70,11 +76,76 @@ SELECT a.pid, a.application_name, pg_terminate_backend(a.pid, 1000)
 """
 
 
-def postgres_version() -> str:
-    if not POSTGRES.exists():
-        raise BadInput(f"{POSTGRES} not found; install it with: {INSTALL[str(POSTGRES)]}")
-    out = subprocess.run([str(POSTGRES), "--version"], capture_output=True, text=True).stdout
-    # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+@dataclass(frozen=True)
+class Install:
+    """The PostgreSQL server programs on one machine."""
+
+    bindir: Path
+    major: int
+
+    @property
+    def postgres(self) -> Path:
+        return self.bindir / "postgres"
+
+    @property
+    def initdb(self) -> Path:
+        return self.bindir / "initdb"
+
+
+def _major(version: str) -> int | None:
+    head = version.split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def choose_install(found: Mapping[int, Path]) -> Install:
+    """The newest supported major of those found (major -> bin folder), or one line
+    that says what was found and what lockcheck runs."""
+    supported = sorted(m for m in found if m in SUPPORTED)
+    if supported:
+        return Install(found[supported[-1]], supported[-1])
+    runs = f"lockcheck runs PostgreSQL {SUPPORTED[0]} to {SUPPORTED[-1]}"
+    if not found:
+        raise BadInput(f"no PostgreSQL server found in {PG_LIB}/<major>/bin or through "
+                       f"pg_config; install it with: {INSTALL[POSTGRES_PROGRAM]} ({runs})")
+    have = ", ".join(f"{m} ({found[m] / 'postgres'})" for m in sorted(found))
+    raise BadInput(f"found PostgreSQL {have}; {runs}")
+
+
+def find_install(run: Callable[[Sequence[str]], subprocess.CompletedProcess[str]]) -> Install:
+    """The server programs where `run` runs commands (the controller, or a node)."""
+    found: dict[int, Path] = {}
+    r = run(["find", str(PG_LIB), "-mindepth", "3", "-maxdepth", "3", "-path", "*/bin/postgres"])
+    for line in r.stdout.split():
+        major = _major(Path(line).parent.parent.name)
+        if major is not None:
+            found[major] = Path(line).parent
+    if not found:  # another layout: ask pg_config, which names its own version
+        bindir = run(["pg_config", "--bindir"]).stdout.strip()
+        version = run(["pg_config", "--version"]).stdout.split()  # "PostgreSQL 16.4 ..."
+        major = _major(version[1]) if len(version) > 1 else None
+        if bindir and major is not None and run(["test", "-x", f"{bindir}/postgres"]) \
+                .returncode == 0:
+            found[major] = Path(bindir)
+    return choose_install(found)
+
+
+def run_here(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(e))
+
+
+def node_runner(node: Node) -> Callable[[Sequence[str]], subprocess.CompletedProcess[str]]:
+    return lambda argv: node.run(list(argv), check=False)
+
+
+def postgres_version(install: Install | None = None,
+                     run: Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
+                     = run_here) -> str:
+    i = install or find_install(run)
+    out = run([str(i.postgres), "--version"]).stdout
+    # "postgres (PostgreSQL) 17.6 (Debian 17.6-0+deb13u1)"
     parts = out.split()
     return parts[2] if len(parts) > 2 else out.strip()
 
@@ -155,6 +226,7 @@ class PostgresServer(Server):
     # made once, at init: a server restarted after a kill reads the clock file as the
     # clock fault left it, as a real server on a host whose clock is off would
     clock_env: dict[str, str] = field(default_factory=dict)
+    install: Install | None = None  # found on the node at init
 
     @property
     def host(self) -> str:
@@ -178,13 +250,14 @@ class PostgresServer(Server):
         n = self.node
         t0 = time.monotonic()
         self.private_ipc = can_unshare_ipc(n)
+        self.install = find_install(node_runner(n))
         if self.fake_clock:
             self.clock_env = faketime.server_env(n, shim=False)
         n.run(["mkdir", "-p", str(self.data), str(self.socket_dir)])
         self.made_dir = True
         n.run(["chown", "-R", f"{OS_USER}:{OS_USER}", str(self.dir)])
         n.run(["chmod", "700", str(self.data)])
-        r = n.run(as_postgres([str(INITDB), "-D", str(self.data), "-U", OS_USER,
+        r = n.run(as_postgres([str(self.install.initdb), "-D", str(self.data), "-U", OS_USER,
                                "--auth=trust", "--no-sync", "--no-instructions",
                                "-E", "UTF8", "--locale=C.UTF-8"],
                               private_ipc=self.private_ipc),
@@ -202,7 +275,9 @@ class PostgresServer(Server):
         settings = server_settings(self.node.address if self.tcp else "", self.port,
                                    self.socket_dir,
                                    self.max_connections)
-        args = [str(POSTGRES), "-D", str(self.data)]
+        if self.install is None:
+            raise RuntimeError("postgres: argv() before init()")
+        args = [str(self.install.postgres), "-D", str(self.data)]
         for k, v in settings.items():
             args += ["-c", f"{k}={v}"]
         if self.clock_env:
@@ -327,6 +402,9 @@ class PostgresDB(PerNode):
             log.info("postgres stopped in %.2fs", time.monotonic() - t0)
 
     def versions(self) -> dict[str, str]:
+        s = self.server
+        if s is not None and s.install is not None:  # the node's, which may not be ours
+            return {"postgres": postgres_version(s.install, node_runner(s.node))}
         return {"postgres": postgres_version()}
 
     def client_config(self) -> dict[str, Any]:

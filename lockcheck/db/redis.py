@@ -1,5 +1,8 @@
 """redis-server on nodes: independent masters, no persistence (a restart comes back empty).
 
+Or valkey-server (`--server valkey`), Redis's fork, which takes the same options and
+speaks the same protocol: the programs are `<server>-server` and `<server>-sentinel`.
+
 `RedisServer` is one server on one node, reused by every Redis-based database
 (`RedisDB` here: one master per node, which serves both `--backend redis`, where each
 lock name lives on one master, and Redlock, where every name lives on all of them).
@@ -40,6 +43,11 @@ def redis_version(program: str = "redis-server") -> str:
         if part.startswith("v="):
             return part[2:]
     return out.strip()
+
+
+def server_program(spec: TestSpec, role: str = "server") -> str:
+    """The program of a role ("server", "sentinel") of the run's Redis-protocol server."""
+    return f"{spec.server or 'redis'}-{role}"
 
 
 def ping(address: str, port: int, timeout: float = 0.5) -> bool:
@@ -144,16 +152,17 @@ class RedisDB(RedisClocks, PerNode):
     def __init__(self, spec: TestSpec, options: Mapping[str, Any] | None = None) -> None:
         opts = dict(options or {})
         self.persistence = bool(opts.get("persistence", False))
+        self.program = server_program(spec)
         self.servers: dict[str, RedisServer] = {}
 
     def setup(self, cluster: Cluster) -> None:
         self.servers = {n.name: RedisServer(n, persistence=self.persistence,
-                                            env_vars=self.clock_env(n))
+                                            env_vars=self.clock_env(n), program=self.program)
                         for n in cluster.nodes}
         start_together(self.servers.values())
 
     def versions(self) -> dict[str, str]:
-        return {"redis-server": redis_version()}
+        return {self.program: redis_version(self.program)}
 
     def client_config(self) -> dict[str, Any]:
         return {"masters": [[s.node.address, s.port] for s in self.servers.values()],

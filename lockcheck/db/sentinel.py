@@ -40,6 +40,7 @@ from lockcheck.db.redis import (
     RedisServer,
     redis_binary,
     redis_version,
+    server_program,
 )
 from lockcheck.db.server import PerNode, start_together
 from lockcheck.spec import TestSpec
@@ -187,6 +188,8 @@ class SentinelDB(PerNode):
         # `min-replicas-to-write`: a primary that hears from fewer replicas (within
         # `min-replicas-max-lag`, 1 s) refuses writes (the -min-replicas variant)
         self.min_replicas = int(opts.get("min_replicas", 0))
+        self.program, self.sentinel_program = server_program(spec), server_program(
+            spec, "sentinel")
         self.servers: dict[str, RedisServer] = {}
         self.sentinels: dict[str, SentinelServer] = {}
         self.nodes: dict[str, Node] = {}
@@ -200,7 +203,7 @@ class SentinelDB(PerNode):
         for n in nodes:
             guard = ("--min-replicas-to-write", str(self.min_replicas),
                      "--min-replicas-max-lag", "1") if self.min_replicas else ()
-            s = RedisServer(n, extra_args=(
+            s = RedisServer(n, program=self.program, extra_args=(
                 # a new replica syncs at once instead of waiting 5 s for company
                 "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", *guard))
             s.config = s.dir / "redis.conf"
@@ -216,7 +219,8 @@ class SentinelDB(PerNode):
         ids = {n.name: secrets.token_hex(20) for n in nodes}
         for n in nodes:
             self.sentinels[n.name] = SentinelServer(
-                n, primary=primary.address, quorum=quorum(len(nodes)),
+                n, program=self.sentinel_program, primary=primary.address,
+                quorum=quorum(len(nodes)),
                 settings=self.settings, myid=ids[n.name],
                 replicas=tuple(r.address for r in nodes if r is not primary),
                 peers=tuple((p.address, ids[p.name]) for p in nodes if p is not n))
@@ -233,8 +237,8 @@ class SentinelDB(PerNode):
             s.kill()
 
     def versions(self) -> dict[str, str]:
-        return {"redis-server": redis_version(),
-                "redis-sentinel": redis_version("redis-sentinel")}
+        return {self.program: redis_version(self.program),
+                self.sentinel_program: redis_version(self.sentinel_program)}
 
     def client_config(self) -> dict[str, Any]:
         return {"service": SERVICE, "replicas": max(0, len(self.servers) - 1),

@@ -76,6 +76,7 @@ class Run:
     started: str = ""
     time_limit: Any = None
     versions: dict[str, Any] = field(default_factory=dict)
+    server: str = ""  # the main server's name and major ("redis 7.0", "postgres 17")
     counts: dict[str, int] = field(default_factory=dict)
     saves: int = 0  # writes refused from a holder that had lost the lock
     regressions: int = 0  # current holders' writes refused because the fence went back
@@ -138,11 +139,52 @@ def _shares(metrics: Mapping[str, Any], nemesis: str) -> tuple[float | None, flo
     return (ok / attempts, (ok + busy) / attempts) if attempts else (None, None)
 
 
+def major(version: str) -> str:
+    """The part of a version that names a release line: PostgreSQL's first number
+    (15, 17), the first two of the others (redis 7.0, etcd 3.5, zookeeper 3.9)."""
+    parts = str(version).split(".")
+    if parts[0].isdigit() and int(parts[0]) >= 10:
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def server_label(test: Mapping[str, Any]) -> str:
+    """'valkey 8.1': the run's main server (the first its database names) and its
+    release line; '' for a run from before servers were recorded apart."""
+    servers = test.get("server_versions") or {}
+    if not isinstance(servers, dict) or not servers:
+        return ""
+    program, version = next(iter(servers.items()))
+    return f"{str(program).removesuffix('-server')} {major(str(version))}"
+
+
+def keep_server_versions_apart(runs: Sequence[Run]) -> list[str]:
+    """A finding is a claim about a server version: where one backend's runs ran
+    several release lines of its server, each line gets its own row (the backend's
+    label names it), and a note says so."""
+    lines: dict[str, set[str]] = {}
+    for r in runs:
+        if r.server:
+            lines.setdefault(r.backend, set()).add(r.server)
+    notes = []
+    for backend, found in sorted(lines.items()):
+        if len(found) > 1:
+            notes.append(f"{backend} ran on {len(found)} server versions "
+                         f"({', '.join(sorted(found))}): each has a row of its own")
+            for r in runs:
+                if r.backend == backend and r.server:
+                    r.backend = f"{backend} ({r.server})"
+    return notes
+
+
 def read_run(d: Path, source: str = "") -> Run:
     test = json.loads((d / store.TEST).read_text())
     results = store.load_results(d)
     seed = test.get("seed")
-    run = Run(backend=str(test.get("backend", "?")), workload=workload_label(test),
+    backend = str(test.get("backend", "?"))
+    if test.get("server"):  # another server than the backend's own, as its folder says
+        backend += f"@{test['server']}"
+    run = Run(backend=backend, server=server_label(test), workload=workload_label(test),
               trial=on_trial(str(test.get("workload"))),
               nemesis=nemesis_label(test.get("nemesis")), status="error", dir=d,
               source=source, started=str(test.get("started", "")),

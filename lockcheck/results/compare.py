@@ -22,7 +22,14 @@ from pathlib import Path
 
 from lockcheck.errors import BadInput
 from lockcheck.results import store
-from lockcheck.results.cells import CellView, Run, nemesis_label, order, read_run
+from lockcheck.results.cells import (
+    CellView,
+    Run,
+    keep_server_versions_apart,
+    nemesis_label,
+    order,
+    read_run,
+)
 from lockcheck.results.html import esc, page
 from lockcheck.results.matrix import MATRIX, MATRIX_DIR
 from lockcheck.workloads.registry import on_trial
@@ -395,7 +402,8 @@ def load(roots: Sequence[Path]) -> Comparison:
                            f"{store.HISTORY})")
         resolved.append(root)
         runs += found
-    return Comparison(resolved, runs, version_warnings(runs))
+    apart = keep_server_versions_apart(runs)
+    return Comparison(resolved, runs, apart + version_warnings(runs))
 
 
 def compare(roots: Path | Sequence[Path], out_dir: Path, *,

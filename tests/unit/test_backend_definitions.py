@@ -53,10 +53,11 @@ def dockerfile_packages(path: Path) -> set[str]:
     return out
 
 
-def installer_packages(path: Path) -> set[str]:
-    """The OS packages of scripts/install (its `pkgs=(...)` list)."""
-    m = re.search(r"^pkgs=\(([^)]*)\)", path.read_text(), re.M)
-    assert m, "no pkgs=(...) list in scripts/install"
+def installer_packages(path: Path, name: str = "pkgs") -> set[str]:
+    """The OS packages of scripts/install (its `pkgs=(...)` list, or `optional=(...)`:
+    those installed where the distribution has them)."""
+    m = re.search(rf"^{name}=\(([^)]*)\)", path.read_text(), re.M)
+    assert m, f"no {name}=(...) list in scripts/install"
     return set(m.group(1).split())
 
 
@@ -83,6 +84,7 @@ def family_problems(family: str, backends: list[Backend], root: Path = ROOT) -> 
     requirements = pyproject_requirements(root / "pyproject.toml")
     image = dockerfile_packages(root / "lockcheck/cluster/image/Dockerfile")
     installer = installer_packages(root / "scripts/install")
+    optional = installer_packages(root / "scripts/install", "optional")
     headings = docs_headings(root / "docs/backends.md")
     tests = sorted((root / "tests/unit").glob("test_*.py"))
     if not any(family in words for words in headings):
@@ -122,6 +124,21 @@ def family_problems(family: str, backends: list[Backend], root: Path = ROOT) -> 
             if INSTALL.get(program) != f"apt-get install -y {package}":
                 problems.append(f"{b.name}: {program} is brought by {package} here and by "
                                 f"another package elsewhere ({INSTALL.get(program)})")
+        for choice, programs in b.alternatives.items():
+            # servers only some releases ship: installed where offered, so not in the
+            # node image (built on one release) nor in the list that must install
+            if choice == b.server or not b.server:
+                problems.append(f"{b.name}: --server {choice} without a name for its own "
+                                "server, or as its own")
+            for program, package in programs.items():
+                if package not in optional:
+                    problems.append(f"{b.name}: {package} (for --server {choice}) is not "
+                                    "in scripts/install's optional list")
+                if INSTALL.get(program) != f"apt-get install -y {package}":
+                    problems.append(f"{b.name}: no install line for {program}")
+                if not program.startswith(f"{choice}-"):
+                    problems.append(f"{b.name}: --server {choice} runs {program}, but the "
+                                    f"database starts {choice}-server/-sentinel")
         if debian_packages(b.binaries) != b.packages:
             problems.append(f"{b.name}: the ssh provider would install "
                             f"{debian_packages(b.binaries)}, not {b.packages}")
@@ -131,12 +148,16 @@ def family_problems(family: str, backends: list[Backend], root: Path = ROOT) -> 
 def unclaimed_packages(backends: Iterable[Backend], root: Path = ROOT) -> list[str]:
     """Packages the image or the installer bring that no backend's `servers` names (a
     backend whose definition lost them)."""
-    claimed = {p for b in backends for p in b.packages} | NODE_TOOLS
+    claimed = {p for b in backends for p in b.packages} | NODE_TOOLS | {
+        p for b in backends for programs in b.alternatives.values()
+        for p in programs.values()}
     return [f"{where}: {p} is installed for no backend (none names it in its servers)"
             for where, found in [
                 ("the node image", dockerfile_packages(
                     root / "lockcheck/cluster/image/Dockerfile")),
-                ("scripts/install", installer_packages(root / "scripts/install"))]
+                ("scripts/install", installer_packages(root / "scripts/install")),
+                ("scripts/install (optional)",
+                 installer_packages(root / "scripts/install", "optional"))]
             for p in sorted(found - claimed)]
 
 
