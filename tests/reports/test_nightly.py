@@ -65,13 +65,30 @@ def test_triggers_runner_and_setup() -> None:
     on = wf.get("on", wf.get(True))  # YAML 1.1 reads a bare `on` as true
     assert "schedule" in on and on["schedule"][0]["cron"]
     assert "workflow_dispatch" in on
-    assert all(str(job["runs-on"]).startswith("ubuntu") for job in wf["jobs"].values())
     scripts = "\n".join(run_scripts())
     assert "./scripts/install" in scripts  # the README's setup command
     uses = [s.get("uses", "") for j in wf["jobs"].values() for s in j.get("steps", [])]
     assert any(u.startswith("actions/upload-artifact") for u in uses)
     assert any(u.startswith("actions/upload-pages-artifact") for u in uses)
     assert any(u.startswith("actions/deploy-pages") for u in uses)
+
+
+def test_the_matrix_runs_on_the_release_ci_checks() -> None:
+    """Every job that installs lockcheck runs in a Debian 13 container: the release
+    `.ci/run` checks from a fresh root (scripts/release-check), so its package names
+    are the ones the installer was seen to install; a job that runs tests gets the
+    namespaces and iptables it needs (privileged)."""
+    installing = 0
+    for name, job in workflow()["jobs"].items():
+        scripts = "\n".join(s["run"] for s in job.get("steps", []) if "run" in s)
+        if "./scripts/install" not in scripts:
+            continue
+        installing += 1
+        container = job.get("container") or {}
+        assert container.get("image") == "debian:13", f"job {name} runs on {container}"
+        if "lockcheck test" in scripts:
+            assert "--privileged" in str(container.get("options", "")), name
+    assert installing >= 2
 
 
 def test_every_lockcheck_command_and_option_exists() -> None:
