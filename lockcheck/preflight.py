@@ -86,22 +86,54 @@ def check_proc() -> Finding:
     return Finding("/proc", True, "this PID namespace's (processes can be told alive or gone)")
 
 
+def program_version(path: str) -> str:
+    """The first line a server program prints of its version ('' if it prints none)."""
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = (r.stdout or r.stderr).strip().splitlines()
+    words = lines[0].split() if lines else []
+    # up to the version number: "Redis server v=7.0.15", "etcd Version: 3.4.23"
+    upto = next((i for i, w in enumerate(words) if any(c.isdigit() for c in w)), len(words))
+    return " ".join(words[:upto + 1])
+
+
+def server_findings() -> list[Finding]:
+    """Each server program: where it is and its version, for which backends; the
+    servers of `--server` choices only where installed (shown, not a failure)."""
+    needed: dict[str, list[str]] = {}
+    chosen: dict[str, list[str]] = {}
+    for b in BACKENDS.values():
+        for binary in b.binaries:
+            needed.setdefault(binary, []).append(b.name)
+        for choice, programs in b.alternatives.items():
+            for binary in programs:
+                chosen.setdefault(binary, []).append(f"--server {choice}")
+    out = []
+    for binary, users in [*needed.items(), *chosen.items()]:
+        path = find_program(binary)
+        optional = binary in chosen
+        version = program_version(path) if path else ""
+        where = (f"{path}, {version}" if version else path) if path else "not found"
+        if path is None and binary in PACKAGED_IN:
+            where += f" (packaged in {PACKAGED_IN[binary]})"
+        detail = f"{where} (for {', '.join(dict.fromkeys(users))})"
+        out.append(Finding(os.path.basename(binary), path is not None, detail,
+                           INSTALL.get(binary, "scripts/install"), optional=optional))
+    return out
+
+
 def doctor() -> list[Finding]:
-    out = [Finding("root", is_root(), f"euid {os.geteuid()}", "run as root (sudo)")]
+    from lockcheck.distro import distribution
+
+    out = [Finding("distribution", True, distribution())]
+    out.append(Finding("root", is_root(), f"euid {os.geteuid()}", "run as root (sudo)"))
     out.append(check_proc())
     out.append(check_netns())
     path = shutil.which("iptables")
     out.append(Finding("iptables", path is not None, path or "not found", INSTALL["iptables"]))
-    needed: dict[str, list[str]] = {}
-    for b in BACKENDS.values():
-        for binary in b.binaries:
-            needed.setdefault(binary, []).append(b.name)
-    for binary, users in needed.items():
-        path = find_program(binary)
-        detail = (path or "not found") + f" (for {', '.join(users)})"
-        out.append(Finding(binary, path is not None, detail,
-                           INSTALL.get(binary, "scripts/install")))
-    return out
+    return out + server_findings()
 
 
 def provider_findings(name: str | None, options: Mapping[str, Any]) -> list[Finding]:

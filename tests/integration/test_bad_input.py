@@ -205,14 +205,15 @@ def test_check_binary_file(cli: Any, tmp_path: Path) -> None:
 @pytest.fixture
 def path_without_redis(tmp_path: Path) -> str:
     """A PATH with ip, iptables, python and the other backends' servers but no
-    redis-server (preflight uses shutil.which)."""
+    redis-server (preflight looks on PATH for a server named without a path)."""
     from lockcheck.backends import BACKENDS
+    from lockcheck.preflight import find_program
 
     servers = {b for backend in BACKENDS.values() for b in backend.binaries}
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for b in ("ip", "iptables", *sorted(servers - {"redis-server"})):
-        found = shutil.which(b)
+        found = find_program(b)
         if found is None:
             pytest.skip(f"{b} not installed: preflight would stop at it, not at redis-server")
         if "/" not in b:  # a server named by its full path is found without PATH
