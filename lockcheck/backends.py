@@ -119,6 +119,13 @@ POSTGRES_PROGRAM = "/usr/lib/postgresql/*/bin/postgres"
 # the Redis-protocol servers: Redis, and Valkey (its fork, which many distributions
 # and managed services ship instead; Debian 13 and Ubuntu 25.04 have it)
 VALKEY = {"valkey-server": "valkey-server"}
+# the oldest version of each server program lockcheck runs (a database's `versions()`
+# names them): older ones lack what a database here uses (Sentinel's
+# `resolve-hostnames` came in Redis 6.2, etcd's /v3 JSON gateway in 3.4, ZooKeeper's
+# four-letter-word allow list in 3.5, `pg_terminate_backend`'s timeout in PostgreSQL 14);
+# a run on an older one is refused with one line
+OLDEST = {"redis-server": "6.2", "redis-sentinel": "6.2", "valkey-server": "7.2",
+          "valkey-sentinel": "7.2", "etcd": "3.4", "zookeeper": "3.5", "postgres": "14"}
 # where a server's package exists, for the line that refuses a run without it
 PACKAGED_IN = {"valkey-server": "Debian 13, Ubuntu 25.04 and newer",
                "valkey-sentinel": "Debian 13, Ubuntu 25.04 and newer"}

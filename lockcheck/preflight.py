@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcheck.backends import BACKENDS, PACKAGED_IN
+from lockcheck.backends import BACKENDS, OLDEST, PACKAGED_IN
 from lockcheck.errors import BadInput
 
 # the tools lockcheck itself drives on this machine -> their Debian packages
@@ -160,3 +160,24 @@ def require_binaries(binaries: Sequence[str]) -> None:
             how = INSTALL.get(b, "scripts/install")
             where = f" (packaged in {PACKAGED_IN[b]})" if b in PACKAGED_IN else ""
             raise BadInput(f"{b} not found; install it with: {how}{where}")
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    out = []
+    for part in re.split(r"[.+~-]", version.strip()):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def check_server_versions(versions: Mapping[str, str]) -> None:
+    """Refuse, with one line, a server older than lockcheck runs (`backends.OLDEST`);
+    a version that cannot be read is let through (the run records what it found)."""
+    for program, version in versions.items():
+        oldest = OLDEST.get(program)
+        found = _numbers(str(version))
+        if oldest is not None and found and found < _numbers(oldest):
+            raise BadInput(f"found {program} {version}; lockcheck runs {program} {oldest} "
+                           "or newer (this distribution's is too old: see "
+                           "docs/releases.md)")

@@ -47,7 +47,7 @@ from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext,
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
 from lockcheck.nemesis.schedule import NemesisSchedule
-from lockcheck.preflight import debian_packages, require_binaries
+from lockcheck.preflight import check_server_versions, debian_packages, require_binaries
 from lockcheck.registry import load
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
@@ -101,6 +101,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None, *,
     # the provider: the docker image and the ssh provider's apt step put the same
     # Debian packages at the same paths on the nodes
     require_binaries(tuple(b.server_programs(spec.server)))
+    check_server_versions(server_versions_of(db, refuse=True))
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
     check_provider(p, spec, say)  # its options and hosts, the faults it cannot inject
@@ -261,8 +262,19 @@ def versions(p: Plan) -> dict[str, str]:
 def server_versions(p: Plan) -> dict[str, str]:
     """The servers' programs and versions alone: what `compare` keeps apart, since a
     finding is a claim about a server version."""
-    with contextlib.suppress(Exception):  # a version we cannot read is not worth a failure
-        return dict(p.db.versions())
+    return server_versions_of(p.db)
+
+
+def server_versions_of(db: DB, *, refuse: bool = False) -> dict[str, str]:
+    """A version that cannot be read is not worth a failure; with `refuse`, a server
+    the database cannot run (BadInput: none found, a major it refuses) is."""
+    try:
+        return dict(db.versions())
+    except BadInput:
+        if refuse:
+            raise
+    except Exception:  # recorded as unknown
+        pass
     return {}
 
 

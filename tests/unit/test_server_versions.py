@@ -126,3 +126,20 @@ def test_one_release_line_keeps_one_row(tmp_path: Path) -> None:
     c = load([tmp_path / "res"])
     assert c.backends(c.workloads[0]) == ["postgres"]
     assert not any("server versions" in w for w in c.warnings)
+
+
+# -- servers older than lockcheck runs -------------------------------------------------
+
+
+def test_a_server_older_than_lockcheck_runs_is_refused_in_one_line() -> None:
+    from lockcheck.preflight import check_server_versions
+
+    check_server_versions({"etcd": "3.4.23", "redis-server": "7.0.15", "zookeeper": "3.8.0",
+                           "postgres": "15.18", "java": "1.8.0", "valkey-server": "9.1.2"})
+    check_server_versions({"etcd": "version unknown"})  # unreadable: let through
+    with pytest.raises(BadInput, match=r"^found etcd 3\.3\.25; lockcheck runs etcd 3\.4 "):
+        check_server_versions({"etcd": "3.3.25"})
+    with pytest.raises(BadInput, match="redis-sentinel 6.0.16"):
+        check_server_versions({"redis-server": "6.2.1", "redis-sentinel": "6.0.16"})
+    with pytest.raises(BadInput, match="zookeeper 3.4.13"):
+        check_server_versions({"zookeeper": "3.4.13"})
