@@ -100,6 +100,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "needs_root_netns: needs root, `ip netns`, redis-server and iptables "
         "(skipped with the reason otherwise; with CI set, failed)",
     )
+    config.addinivalue_line(
+        "markers",
+        "detection: takes the first of several runs that shows a timing-dependent "
+        "finding (tests/integration/detect.py); run last, one run at a time",
+    )
 
 
 _prereq_reason: list[str | None] = []
@@ -163,6 +168,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # detection tests last (a stable sort keeps each module's order): their runs then
+    # compete with no other test's clusters, and a slow try delays nothing after it
+    items.sort(key=lambda i: i.get_closest_marker("detection") is not None)
     marked = [i for i in items if i.get_closest_marker("needs_root_netns") is not None]
     if not marked:
         return
@@ -171,6 +179,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in marked:
         item.add_marker(pytest.mark.skip(reason=f"needs_root_netns: {reason}"))
+
+
+# -- detection runs: where they are logged, and the totals ---------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _detections_log(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.integration import detect
+
+    detect.log_path = tmp_path_factory.getbasetemp() / "detections.jsonl"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.integration import detect
+
+    line = detect.summary(detect.log_path) if detect.log_path is not None else None
+    if line is not None:
+        terminalreporter.write_line(line)
 
 
 # -- looking at the machine -------------------------------------------------------------
@@ -345,6 +371,7 @@ class CliResult(tuple[int, str, str, "Path | None"]):
     elapsed: float
     results_dir: Path | None
     cwd: Path
+    tried: tuple[str, ...] = ()  # earlier runs of a detection (detect.first_showing)
 
     def __new__(cls, code: int, stdout: str, stderr: str, run_dir: Path | None,
                 **extra: Any) -> CliResult:
@@ -379,7 +406,8 @@ class CliResult(tuple[int, str, str, "Path | None"]):
         return data
 
     def explain(self) -> str:
-        return (f"exit {self[0]}\n--- stdout ---\n{self[1][-3000:]}\n"
+        before = "".join(f"earlier try: {t}\n" for t in self.tried)
+        return (f"{before}exit {self[0]}\n--- stdout ---\n{self[1][-3000:]}\n"
                 f"--- stderr ---\n{self[2][-5000:]}")
 
 

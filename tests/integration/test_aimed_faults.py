@@ -6,8 +6,7 @@
 * `pause-past-lease` on etcd's lock-set (Jepsen): a holder stopped from its grant until
   a rival holds the lock wakes and writes; one of the two updates is lost.
 
-Both runs start together (15 s each, their own clusters). A run that finds nothing is
-made again, up to three runs in all, and the first that detects is examined: each
+Each is the first of up to three runs (15 s each, one at a time) that detects: each
 fault needs a rival to ask in time, and on a loaded machine a window can pass unused.
 """
 
@@ -19,8 +18,9 @@ import pytest
 
 from lockcheck.history import Op, read_history
 from lockcheck.workloads.worker import HURRIED
+from tests.integration.detect import first_showing
 
-pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.detection]
 
 RUNS: dict[str, tuple[str, ...]] = {
     "bridge_clock": ("--backend", "redlock", "--nemesis", "bridge-clock"),
@@ -28,21 +28,12 @@ RUNS: dict[str, tuple[str, ...]] = {
                          "--nemesis", "pause-past-lease"),
 }
 SHORT = ("--time-limit", "15", "--quiet", "2")
-TRIES = 3
 
 
-@pytest.fixture(scope="module")
-def runs(module_cli: Any) -> dict[str, tuple[Any, list[str]]]:
-    """Each run's first that detected (or its last), with the runs before it."""
-    started = {n: module_cli.start("test", *args, *SHORT) for n, args in RUNS.items()}
-    done = {n: p.wait(timeout=150) for n, p in started.items()}
-    tried: dict[str, list[str]] = {n: [] for n in RUNS}
-    for name in RUNS:
-        while done[name].code != 1 and len(tried[name]) < TRIES - 1:
-            tried[name].append(f"{done[name].run_dir}: exit {done[name].code}")
-            done[name] = module_cli("test", *RUNS[name], *SHORT, timeout=150)
-    module_cli.assert_no_leftovers(None)
-    return {n: (done[n], tried[n]) for n in RUNS}
+def detected(module_cli: Any, name: str) -> Any:
+    """The run's first try that detected (exit 1), or its last."""
+    return first_showing(module_cli, (*RUNS[name], *SHORT), lambda r: r.code == 1,
+                         timeout=150)
 
 
 def windows(ops: list[Op], start_f: str, stop_f: str) -> list[tuple[Op, int]]:
@@ -59,9 +50,9 @@ def windows(ops: list[Op], start_f: str, stop_f: str) -> list[tuple[Op, int]]:
     return out
 
 
-def test_bridge_clock_finds_kleppmanns_clock_scenario(runs: dict[str, Any]) -> None:
-    r, tried = runs["bridge_clock"]
-    assert r.code == 1, (tried, r.explain())
+def test_bridge_clock_finds_kleppmanns_clock_scenario(module_cli: Any) -> None:
+    r = detected(module_cli, "bridge_clock")
+    assert r.code == 1, r.explain()
     c = r.results()["checkers"]
     assert c["mutual-exclusion"]["valid"] is False, c["mutual-exclusion"]
     grants = c["lease-safety"]["violations"]
@@ -88,9 +79,9 @@ def test_bridge_clock_finds_kleppmanns_clock_scenario(runs: dict[str, Any]) -> N
         {p.name: p.read_text()[-300:] for p in logs}
 
 
-def test_pause_past_lease_finds_jepsens_lost_update(runs: dict[str, Any]) -> None:
-    r, tried = runs["pause_past_lease"]
-    assert r.code == 1, (tried, r.explain())
+def test_pause_past_lease_finds_jepsens_lost_update(module_cli: Any) -> None:
+    r = detected(module_cli, "pause_past_lease")
+    assert r.code == 1, r.explain()
     c = r.results()["checkers"]
     lost = c["lock-set"]["lost"]
     assert c["lock-set"]["valid"] is False and lost, c["lock-set"]

@@ -2,7 +2,9 @@
 
 The runs start together (each has its own run id and subnet) and several tests look
 at each, so the module costs about as long as its longest run (and the
-`etcd-no-keepalive` run, which comes after them).
+`etcd-no-keepalive` run, which comes after them). The two `client-pause` findings are
+detections: the first of up to three runs that shows one, made alone after every
+other test (tests/integration/detect.py).
 
 * `etcd` + `client-pause` + `mutex`: a holder stopped past its lease wakes up inside
   its critical section while the next holder is in it (Kleppmann's scenario A);
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from lockcheck.history import Op, pair_ops, read_history
+from tests.integration.detect import first_showing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -34,14 +37,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 # quiet second at the end (a pause cut short may wake its holder before anyone writes).
 PAUSE = ("--nemesis", "client-pause", "--ttl-ms", "2000", "--time-limit", "12",
          "--nemesis-interval", "1.5", "--quiet", "1")
-RUNS: dict[str, tuple[str, ...]] = {
+PAUSES: dict[str, tuple[str, ...]] = {
     "pause": ("--backend", "etcd", *PAUSE),
     "pause_fenced": ("--backend", "etcd", "--workload", "fenced", *PAUSE),
+}
+RUNS: dict[str, tuple[str, ...]] = {
     "lease_fence": ("--backend", "etcd-lease-fence", "--workload", "fenced",
                     "--nemesis", "none", "--time-limit", "8", "--quiet", "1"),
     "partition": ("--backend", "etcd", "--nemesis", "partition", "--time-limit", "9",
                   "--nemesis-interval", "1.5", "--quiet", "2"),
-    # 8 s: five clusters start at once, and a loaded machine's workers may take
+    # 8 s: three clusters start at once, and a loaded machine's workers may take
     # seconds to begin; a run they sat out records nothing to judge
     "with": ("--backend", "etcd3gw-with", "--nemesis", "none", "--time-limit", "8",
              "--quiet", "1"),
@@ -66,15 +71,16 @@ def ops_of(r: Any) -> list[Op]:
     return read_history(r.run_dir / "history.jsonl")
 
 
-def test_client_pause_gives_overlapping_critical_sections(module_cli: Any,
-                                                           runs: dict[str, Any]) -> None:
-    r = runs["pause"]
+def stale_holder_wrote(r: Any) -> bool:
+    fe = r.results()["checkers"]["fencing"]
+    return bool(fe["saves_stale_holder"] > 0 or fe["stale_accepted_count"] > 0)
+
+
+@pytest.mark.detection
+def test_client_pause_gives_overlapping_critical_sections(module_cli: Any) -> None:
     # up to three runs, the first that detects examined: on a loaded machine the
     # workers start late, and a run may get one pause whose key nobody else wanted
-    for _ in range(2):
-        if r.code == 1:
-            break
-        r = module_cli("test", *RUNS["pause"], timeout=150)
+    r = first_showing(module_cli, PAUSES["pause"], lambda r: r.code == 1, timeout=150)
     assert r.code == 1, r.explain()
     res = r.results()
     me = res["checkers"]["mutual-exclusion"]
@@ -95,17 +101,12 @@ def test_client_pause_gives_overlapping_critical_sections(module_cli: Any,
     module_cli.assert_no_leftovers(r.test_json()["run_id"])
 
 
-def test_create_revision_fences_stop_the_paused_writer(module_cli: Any,
-                                                       runs: dict[str, Any]) -> None:
-    r = runs["pause_fenced"]
+@pytest.mark.detection
+def test_create_revision_fences_stop_the_paused_writer(module_cli: Any) -> None:
     # up to two more runs, only while no woken holder wrote at all (a holder woken in
     # the run's last second may leave without writing): never because a write went
     # through
-    for _ in range(2):
-        fe = r.results()["checkers"]["fencing"]
-        if fe["saves_stale_holder"] > 0 or fe["stale_accepted_count"] > 0:
-            break
-        r = module_cli("test", *RUNS["pause_fenced"], timeout=150)
+    r = first_showing(module_cli, PAUSES["pause_fenced"], stale_holder_wrote, timeout=150)
     # a stale holder wrote: the lock failed (invalid), and the resource held
     assert r.code == 1, r.explain()
     assert r.results()["summary"].startswith("the lock failed, the resource held")

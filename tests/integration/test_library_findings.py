@@ -13,11 +13,11 @@
 * L5 PALs under `failover`: a holder whose session was terminated goes on working
   beside the next holder (INVALID).
 
-Each finding's command, as the findings give it, runs with its seed. The runs start
-together (each has its own run id and subnet); a run that does not show its finding
-is made again, up to three runs in all, and the first that shows it is examined: a
-fault must find a holder and a rival must ask in time, and on a loaded machine a
-window can pass unused. A run that showed nothing is named in the failure.
+Each finding's command, as the findings give it, runs with its seed, one run at a
+time; a run that does not show its finding is made again, up to three runs in all,
+and the first that shows it is examined: a fault must find a holder and a rival must
+ask in time, and on a loaded machine a window can pass unused. A run that showed
+nothing is named in the failure.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import pytest
 
 from lockcheck.history import Op, read_history
 
+from .detect import first_showing
 from .test_aimed_faults import windows
-from .test_redlock import run_all
 
-# three rounds of runs that include client workers slow to start on a loaded machine
-pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.timeout(600)]
+# up to three runs that include client workers slow to start on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns, pytest.mark.detection,
+              pytest.mark.timeout(600)]
 
 RUNS: dict[str, tuple[str, ...]] = {
     "L1": ("--backend", "redis", "--client", "python-redis-lock", "--nemesis", "client-pause",
@@ -52,7 +53,6 @@ RUNS: dict[str, tuple[str, ...]] = {
            "--hold-ms", "300-800", "--time-limit", "25", "--nemesis-interval", "1.5",
            "--seed", "1"),
 }
-TRIES = 3
 
 
 def ops_of(r: Any) -> list[Op]:
@@ -176,28 +176,15 @@ DETECTS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def runs(module_cli: Any) -> dict[str, tuple[Any, list[str]]]:
-    """Each finding's first run that showed it (or its last), with the runs before it."""
-    found: dict[str, Any] = {}
-    tried: dict[str, list[str]] = {n: [] for n in RUNS}
-    pending = dict(RUNS)
-    for _ in range(TRIES):
-        for done in run_all(module_cli, pending):
-            for name, r in done.items():
-                found[name] = r
-                if not DETECTS[name](r):
-                    tried[name].append(f"{r.run_dir}: exit {r.code}")
-        pending = {n: RUNS[n] for n in RUNS if not DETECTS[n](found[n])}
-        if not pending:
-            break
-    return {n: (found[n], tried[n]) for n in RUNS}
+def shown(module_cli: Any, name: str) -> Any:
+    """The finding's first run that showed it (or its last)."""
+    return first_showing(module_cli, RUNS[name], DETECTS[name], timeout=150)
 
 
 def test_l1_python_redis_lock_paused_holder_overlaps_the_next(
-        runs: dict[str, tuple[Any, list[str]]]) -> None:
-    r, tried = runs["L1"]
-    assert overlapped(r), (tried, r.explain())
+        module_cli: Any) -> None:
+    r = shown(module_cli, "L1")
+    assert overlapped(r), (r.explain())
     me = checkers(r)["mutual-exclusion"]
     ops = ops_of(r)
     assert pauses(ops), "no pause stopped a holder"
@@ -208,9 +195,9 @@ def test_l1_python_redis_lock_paused_holder_overlaps_the_next(
 
 
 def test_l2_auto_renewal_thread_dies_on_a_timed_out_extend(
-        runs: dict[str, tuple[Any, list[str]]]) -> None:
-    r, tried = runs["L2"]
-    assert renewal_thread_timeouts(r), (tried, r.explain())
+        module_cli: Any) -> None:
+    r = shown(module_cli, "L2")
+    assert renewal_thread_timeouts(r), (r.explain())
     assert windows(ops_of(r), "start-partition", "stop-partition")
     me = checkers(r)["mutual-exclusion"]
     if me["valid"] is False:  # 2 of 5 runs: the lock expired under a holder cut off
@@ -222,10 +209,10 @@ def test_l2_auto_renewal_thread_dies_on_a_timed_out_extend(
 
 
 def test_l3_portalocker_fence_refuses_the_paused_holder(
-        runs: dict[str, tuple[Any, list[str]]]) -> None:
-    r, tried = runs["L3"]
+        module_cli: Any) -> None:
+    r = shown(module_cli, "L3")
     ops = ops_of(r)
-    assert pauses(ops), (tried, "no pause stopped a holder", r.explain())
+    assert pauses(ops), ("no pause stopped a holder", r.explain())
     fe = checkers(r)["fencing"]
     assert fe["fenced_acquisitions"] > 0 and fe["accepted"] > 0, fe
     assert fe["resource_valid"] is True and fe["stale_accepted_count"] == 0, fe
@@ -238,12 +225,12 @@ def test_l3_portalocker_fence_refuses_the_paused_holder(
 
 
 def test_l4_redlock_py_keeps_a_grant_it_reported_failed(
-        runs: dict[str, tuple[Any, list[str]]]) -> None:
-    r, tried = runs["L4"]
+        module_cli: Any) -> None:
+    r = shown(module_cli, "L4")
     ops = ops_of(r)
     kept = kept_failures(ops, r.test_json()["ttl_ms"])
     failed = [o for o in ops if o.type == "fail" and (o.error or "").startswith("failed:")]
-    assert kept, (tried, [o.to_json() for o in failed[:3]], r.explain())
+    assert kept, ([o.to_json() for o in failed[:3]], r.explain())
     assert windows(ops, "kill", "restart")
     # nothing is held twice: lost availability, not safety
     assert r.code == 0, r.explain()
@@ -252,9 +239,9 @@ def test_l4_redlock_py_keeps_a_grant_it_reported_failed(
 
 
 def test_l5_pals_terminated_session_holder_overlaps_the_next(
-        runs: dict[str, tuple[Any, list[str]]]) -> None:
-    r, tried = runs["L5"]
-    assert overlapped(r), (tried, r.explain())
+        module_cli: Any) -> None:
+    r = shown(module_cli, "L5")
+    assert overlapped(r), (r.explain())
     me = checkers(r)["mutual-exclusion"]
     ops = ops_of(r)
     lonely = [v for v in me["violations"] if not terminated_holder(v, ops)]

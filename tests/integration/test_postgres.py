@@ -48,6 +48,7 @@ from lockcheck.locks.postgres import (
 )
 from lockcheck.spec import TestSpec
 from tests.conftest import faketime_files
+from tests.integration.detect import first_showing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -345,9 +346,10 @@ def test_a_pause_stops_every_server_process(server: Any) -> None:
 # A worker takes a second or more to start on a loaded machine, so a client pause due
 # at 1 s may find no holder and be skipped: with 8 s (the last one quiet) there is
 # room for two pauses of 2 x TTL, and for one even when the first is skipped.
+# a detection, made alone after every other test (tests/integration/detect.py)
+ADVISORY_FAILOVER = ("--backend", "postgres-advisory", "--nemesis", "failover",
+                     "--time-limit", "6", "--nemesis-interval", "1.5", "--quiet", "1")
 RUNS = {
-    "advisory_failover": ("--backend", "postgres-advisory", "--nemesis", "failover",
-                          "--time-limit", "6", "--nemesis-interval", "1.5"),
     "pause_mutex": ("--backend", "postgres", "--nemesis", "client-pause",
                     "--time-limit", "8", "--nemesis-interval", "1"),
     "pause_fenced": ("--backend", "postgres", "--workload", "fenced",
@@ -362,7 +364,7 @@ HASH_KEYS = ("--backend", "postgres-advisory-hash", "--nemesis", "none", "--time
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> dict[str, Any]:
-    """The four runs at once (they mostly wait: on a lease, a pause, a TTL), each with
+    """The three runs at once (they mostly wait: on a lease, a pause, a TTL), each with
     its own cluster; each completes, leaves nothing behind, and no shared memory."""
     before = shm_segments_of_postgres(), dev_shm_postgres()
     started = {name: module_cli.start("test", *args, "--quiet", "1")
@@ -375,19 +377,6 @@ def runs(module_cli: Any) -> dict[str, Any]:
         module_cli.assert_no_leftovers(r.test_json()["run_id"])
     assert (shm_segments_of_postgres(), dev_shm_postgres()) == before
     return done
-
-
-@pytest.fixture(scope="module")
-def advisory_failover(module_cli: Any, runs: dict[str, Any]) -> Any:
-    """The first of up to three runs whose failover terminated a holder's session
-    while a rival waited: in 6 s, one run of the suite in several had no overlap (the
-    failovers found no holder inside at the moment its session was cut)."""
-    r = runs["advisory_failover"]
-    for _ in range(2):
-        if r.code == 1:
-            break
-        r = module_cli("test", *RUNS["advisory_failover"], "--quiet", "1", timeout=180)
-    return r
 
 
 @pytest.fixture(scope="module")
@@ -405,8 +394,12 @@ def nemesis_values(r: Any, f: str) -> list[dict[str, Any]]:
             if o.process == "nemesis" and o.type == "info" and o.f == f]
 
 
-def test_finding_advisory_lock_terminated_holder_overlaps(advisory_failover: Any) -> None:
-    r = advisory_failover
+@pytest.mark.detection
+def test_finding_advisory_lock_terminated_holder_overlaps(module_cli: Any) -> None:
+    """The first of up to three runs whose failover terminated a holder's session
+    while a rival waited: in 6 s, one run of the suite in several had no overlap (the
+    failovers found no holder inside at the moment its session was cut)."""
+    r = first_showing(module_cli, ADVISORY_FAILOVER, lambda r: r.code == 1, timeout=180)
     assert r.code == 1, r.explain()
     res = r.results()
     me = res["checkers"]["mutual-exclusion"]
@@ -478,12 +471,12 @@ def test_finding_a_server_clock_jump_grants_a_valid_lease_again(runs: dict[str, 
     assert res["recovery"]["valid"] is True
 
 
-def test_server_log_and_version_in_the_results(advisory_failover: Any) -> None:
-    d = advisory_failover.run_dir
+def test_server_log_and_version_in_the_results(pause_mutex: Any) -> None:
+    d = pause_mutex.run_dir
     log = (d / "nodes" / "n1" / "postgres.log").read_text()
     assert "database system is ready to accept connections" in log
     assert (d / "nodes" / "n1" / "initdb.log").is_file()
-    v = advisory_failover.test_json()["versions"]
+    v = pause_mutex.test_json()["versions"]
     assert v["postgres"].startswith("15.") and v["psycopg"][0] == "3"
 
 

@@ -17,8 +17,10 @@
 * etcd-io/etcd#11456 in the etcd every run uses: a lock granted on an expired lease,
   which lockcheck's etcd client notices (one member on loopback, no run).
 
-The runs go in two waves of three (each has its own run id and subnet); each test
-looks at one.
+The Redis runs go in two waves of two (each has its own run id and subnet); each test
+looks at one. The etcd runs are detections (server pauses hit a member at random):
+each is the first of up to three runs that shows its scenario, made one at a time
+after every other test.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from lockcheck.db.etcd import healthy
 from lockcheck.history import Op, read_history
 from lockcheck.locks.etcd import EtcdLockClient
 from tests.conftest import free_ports
+from tests.integration.detect import first_showing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -71,9 +74,8 @@ RUNS: dict[str, tuple[str, ...]] = {
 }
 
 
-# two waves of three runs, each with one etcd run of nine clients: all six at once
-# starve the etcd runs of CPU on a 2-core machine (no grant in time at all)
-WAVES = (("jepsen", "no_validity", "wait_one"), ("jepsen_txn", "pottery", "wait_all"))
+# the etcd runs (nine clients each) are not here: they are detections, made alone
+WAVES = (("no_validity", "wait_one"), ("pottery", "wait_all"))
 
 
 @pytest.fixture(scope="module")
@@ -82,17 +84,6 @@ def runs(module_cli: Any) -> dict[str, Any]:
     for r in done.values():
         assert r.run_dir is not None and r.code in (0, 1, 2), r.explain()
     return done
-
-
-def showing(module_cli: Any, r: Any, name: str, shows: Any, tries: int = 3) -> Any:
-    """The first of up to `tries` runs of `name` that shows its scenario (the wave's run
-    first, then runs of its own). Server pauses hit a member at random: in one run of
-    the suite in several, no holder was bound to a paused member in time."""
-    for _ in range(tries - 1):
-        if shows(r):
-            break
-        r = module_cli("test", *RUNS[name], timeout=240)
-    return r
 
 
 def ops_of(r: Any) -> list[Op]:
@@ -138,9 +129,9 @@ def test_pottery_refuses_the_grant_it_read_too_late(module_cli: Any,
     module_cli.assert_no_leftovers(r.test_json()["run_id"])
 
 
-def test_jepsen_client_discipline_loses_updates_under_server_pauses(
-        module_cli: Any, runs: dict[str, Any]) -> None:
-    r = showing(module_cli, runs["jepsen"], "jepsen", lambda r: r.code == 1)
+@pytest.mark.detection
+def test_jepsen_client_discipline_loses_updates_under_server_pauses(module_cli: Any) -> None:
+    r = first_showing(module_cli, RUNS["jepsen"], lambda r: r.code == 1)
     assert r.code == 1, r.explain()
     checkers = r.results()["checkers"]
     ls = checkers["lock-set"]
@@ -155,10 +146,10 @@ def test_jepsen_client_discipline_loses_updates_under_server_pauses(
     module_cli.assert_no_leftovers(r.test_json()["run_id"])
 
 
-def test_a_write_guarded_by_the_lock_key_loses_nothing(module_cli: Any,
-                                                        runs: dict[str, Any]) -> None:
-    r = showing(module_cli, runs["jepsen_txn"], "jepsen_txn", lambda r: r.code in (0, 1)
-                and r.results()["checkers"]["mutual-exclusion"]["valid"] is False)
+@pytest.mark.detection
+def test_a_write_guarded_by_the_lock_key_loses_nothing(module_cli: Any) -> None:
+    r = first_showing(module_cli, RUNS["jepsen_txn"], lambda r: r.code in (0, 1)
+                      and r.results()["checkers"]["mutual-exclusion"]["valid"] is False)
     checkers = r.results()["checkers"]
     ls = checkers["lock-set"]
     assert ls["valid"] is True, ls

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from lockcheck.history import read_history
+from tests.integration.detect import first_showing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -81,17 +82,12 @@ def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
     yield from run_all(module_cli, RUNS)
 
 
-# the findings added later run as a second group, once the first is done: eight
-# clusters at once (some with eight clients) starve every run on a 2-core machine
+# the bare-quorum findings are detections (the rival must ask in a fraction of a
+# second): each is made alone, after every other test (tests/integration/detect.py)
 MORE_RUNS: dict[str, tuple[str, ...]] = {
     "bare_fast": (*BARE, "--restart-delay-ms", "100"),
     "bare_delayed": (*BARE, "--restart-delay-ms", "2500"),
 }
-
-
-@pytest.fixture(scope="module")
-def more_runs(module_cli: Any) -> Iterator[dict[str, Any]]:
-    yield from run_all(module_cli, MORE_RUNS)
 
 
 def checkers(r: Any) -> dict[str, Any]:
@@ -164,18 +160,15 @@ def hits_on_bare_holders(ops: list[Any]) -> list[tuple[Any, Any]]:
     return hits
 
 
-def staged(module_cli: Any, r: Any, name: str) -> Any:
-    """The run if a kill hit a master of a bare quorum while its holder was inside;
-    otherwise one more run of the same command (at most two attempts: on a machine
+def staged(r: Any) -> bool:
+    """A kill hit a master of a bare quorum while its holder was inside (on a machine
     loaded far beyond its cores the workers once started 10 s late and no kill found a
-    holder; a second run is made only then, never because nothing was detected)."""
-    if hits_on_bare_holders(read_history(r.run_dir / "history.jsonl")):
-        return r
-    return module_cli("test", *MORE_RUNS[name], timeout=150)
+    holder)."""
+    return bool(hits_on_bare_holders(read_history(r.run_dir / "history.jsonl")))
 
 
-def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
-        module_cli: Any, more_runs: dict[str, Any]) -> None:
+@pytest.mark.detection
+def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(module_cli: Any) -> None:
     """At most three runs, the first that detects the double grant is examined. The
     rival must ask in the fraction of a second between the master's restart and the
     holder's next renewal (which finds the master empty and stops the holder); on an
@@ -183,12 +176,8 @@ def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
     with two other clusters beside it one run of several found a hit and no overlap.
     A run that detects nothing is named in the failure; with detection broken all
     three fail."""
-    tried: list[str] = []
-    r = staged(module_cli, more_runs["bare_fast"], "bare_fast")
-    while r.code != 1 and len(tried) < 2:
-        tried.append(f"{r.run_dir}: exit {r.code}")
-        r = module_cli("test", *MORE_RUNS["bare_fast"], timeout=150)
-    assert r.code == 1, (tried, r.explain())
+    r = first_showing(module_cli, MORE_RUNS["bare_fast"], lambda r: r.code == 1, timeout=150)
+    assert r.code == 1, r.explain()
     ls = checkers(r)["lease-safety"]
     assert ls["valid"] is False and checkers(r)["mutual-exclusion"]["valid"] is False, ls
     ops = read_history(r.run_dir / "history.jsonl")
@@ -210,9 +199,11 @@ def test_one_master_of_a_bare_quorum_restarted_empty_grants_twice(
     assert explained > 0, ls["violations"]
 
 
+@pytest.mark.detection
 def test_one_master_of_a_bare_quorum_restarted_past_the_ttl_grants_once(
-        module_cli: Any, more_runs: dict[str, Any]) -> None:
-    r = staged(module_cli, more_runs["bare_delayed"], "bare_delayed")
+        module_cli: Any) -> None:
+    # a second run only when no kill found a holder, never because of the verdict
+    r = first_showing(module_cli, MORE_RUNS["bare_delayed"], staged, tries=2, timeout=150)
     assert r.code == 0, r.explain()
     c = checkers(r)
     assert c["lease-safety"]["valid"] is True and c["mutual-exclusion"]["valid"] is True

@@ -2,7 +2,8 @@
 settlements in PostgreSQL. Under client-pause the lock alone pays some merchant-days
 twice; fencing and an idempotency key together pay every one at most once.
 
-The three runs start at once (each has its own run id and subnet).
+Two runs start at once (each has its own run id and subnet); the fenced one is a
+detection (tests/integration/detect.py), made alone after every other test.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from lockcheck.history import pair_ops, read_history
+from tests.integration.detect import first_showing
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -24,7 +26,8 @@ RUNS = {mode: (*PAUSES, "--resource", mode) for mode in ("unfenced", "fenced", "
 
 @pytest.fixture(scope="module")
 def runs(module_cli: Any) -> Iterator[dict[str, Any]]:
-    started = {name: module_cli.start("test", *args) for name, args in RUNS.items()}
+    started = {name: module_cli.start("test", *RUNS[name]) for name in ("unfenced",
+                                                                         "idempotent")}
     done = {name: p.wait(timeout=180) for name, p in started.items()}
     for name, r in done.items():
         assert r.run_dir is not None and r.code in (0, 1), f"{name}: {r.explain()}"
@@ -78,8 +81,8 @@ def stale_settlements(r: Any) -> list[tuple[Any, Any]]:
                    and f > p.invoke.fence and t < p.invoke.time for k, f, t in paid)]
 
 
-def test_the_fence_refuses_the_woken_holders_settlement(module_cli: Any,
-                                                         runs: dict[str, Any]) -> None:
+@pytest.mark.detection
+def test_the_fence_refuses_the_woken_holders_settlement(module_cli: Any) -> None:
     """T1, the fenced row: the lock let a paused holder back into a merchant-day it no
     longer owned, and the fence (`UPDATE ... WHERE fence < $f`) refused its settlement,
     the newer holder's having raised the row's fence first. Every such stale settlement
@@ -90,11 +93,10 @@ def test_the_fence_refuses_the_woken_holders_settlement(module_cli: Any,
     newer holder's is not stale yet by the row's fence, so the fence alone cannot
     promise exactly once: a day paid twice here must be of that kind (the lower fence
     paid first), and the verdict must say so."""
-    r = runs["fenced"]
-    if not stale_settlements(r):
-        r = module_cli("test", *RUNS["fenced"], timeout=180)
+    r = first_showing(module_cli, RUNS["fenced"], lambda r: bool(stale_settlements(r)),
+                      tries=2, timeout=180)
     stale = stale_settlements(r)
-    assert stale, "no woken holder sent a settlement in two runs"
+    assert stale, f"no woken holder sent a settlement in two runs\n{r.explain()}"
     assert all(c.type == "fail" and c.error == "stale-fence" for _, c in stale), stale
     s = settlement(r)
     assert s["attempts"] > 0 and s["merchant_days_settled"] > 10, s
