@@ -73,20 +73,22 @@ def up_to_date(built_from: str | None) -> bool:
     return built_from.split(" ", 1)[0] == stamp("").split(" ", 1)[0]
 
 
-def apt_mirror(deb822: Path = DEB822_SOURCES, one_line: Path = ONE_LINE_SOURCES) -> str:
-    """The Debian mirror this machine's apt uses for bookworm (the debootstrap source)."""
+def apt_mirror(deb822: Path = DEB822_SOURCES, one_line: Path = ONE_LINE_SOURCES, *,
+               suite: str = SUITE, default: str = DEFAULT_MIRROR) -> str:
+    """The Debian mirror this machine's apt uses for `suite` (bookworm: the debootstrap
+    source; scripts/release-check asks for this machine's suite and its -security)."""
     with contextlib.suppress(OSError):
         for stanza in deb822.read_text().split("\n\n"):
             fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
-            if SUITE in fields.get("Suites", "").split() and fields.get("URIs"):
+            if suite in fields.get("Suites", "").split() and fields.get("URIs"):
                 return fields["URIs"].split()[0]
     with contextlib.suppress(OSError):
         for line in one_line.read_text().splitlines():
             # deb [options] URI SUITE COMPONENT...
             parts = re.sub(r"\[[^]]*\]", " ", line).split()
-            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == SUITE:
+            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == suite:
                 return parts[1]
-    return DEFAULT_MIRROR
+    return default
 
 
 def _unmount_under(root: Path) -> None:
