@@ -423,6 +423,12 @@ def _run_dirs(results_dir: Path) -> set[Path]:
             and "test-all" not in p.parts[len(results_dir.parts):][1:]}
 
 
+def partitions_open(ops: Sequence[Any]) -> int:
+    """Partitions started and not healed, by the nemesis's own records."""
+    nem = [o.f for o in ops if o.process == "nemesis" and o.type == "info"]
+    return nem.count("start-partition") - nem.count("stop-partition")
+
+
 class CliProcess:
     """A running `python -m lockcheck.cli ...`, in its own session, watched."""
 
@@ -516,6 +522,34 @@ class CliProcess:
             return False
 
         wait_for(held, timeout, what, lambda: self.stderr_so_far)
+
+    def ops_so_far(self) -> list[Any]:
+        """The ops of this run's history as far as it is written (the lines are flushed
+        one by one; a line being written is left out)."""
+        from lockcheck.history import HistoryError, read_history
+
+        for d in self._new_run_dirs():
+            with contextlib.suppress(OSError, HistoryError):
+                return read_history(d / "history.jsonl", allow_truncated=True)
+        return []
+
+    def wait_for_ops(self, pred: Callable[[list[Any]], bool], timeout: float,
+                     what: str) -> list[Any]:
+        """Until `pred` holds for the history so far (a state the run reached, instead of a
+        sleep that a loaded machine stretches); returns that history."""
+        seen: list[list[Any]] = [[]]
+
+        def reached() -> bool:
+            seen[0] = self.ops_so_far()
+            return pred(seen[0])
+
+        self.wait_for(reached, timeout, what)
+        return seen[0]
+
+    def wait_for_partition(self, timeout: float = 60.0) -> list[Any]:
+        """Until a partition is in place (started and not yet healed)."""
+        return self.wait_for_ops(lambda ops: partitions_open(ops) > 0, timeout,
+                                 "a partition in place")
 
     def wait_running(self, timeout: float = 30.0) -> RunTrace:
         """Until the run's workers are up (the registry lists the cluster's pids)."""

@@ -193,7 +193,10 @@ class StandIns:
                 state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if state == "Z" or cmd.startswith(("/usr/sbin/sshd", "sshd:")):
+            # an empty command line is a process on its way out (its memory is already
+            # gone: an sshd session child just after `cluster down`), not one left behind
+            if state in ("Z", "X") or not cmd.strip() or cmd.startswith(("/usr/sbin/sshd",
+                                                                         "sshd:")):
                 continue
             out.append(f"{h.name}: pid {pid} {cmd.strip()[:100]}")
         return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,13 @@ def nemesis_windows(ops: list[Op]) -> list[tuple[str, int, int]]:
             out.append((fault, open_.pop(fault), o.time))
     assert not open_, f"faults never stopped: {open_}"
     return out
+
+
+def started_faults(ops: list[Op]) -> set[str]:
+    """The faults whose start the nemesis has recorded so far."""
+    return {o.value["fault"] for o in ops if o.process == "nemesis" and o.type == "info"
+            and o.f in STOP_OF and isinstance(o.value, dict) and "fault" in o.value
+            and "skipped" not in o.value}
 
 
 def assert_history_times_true(ops: list[Op], elapsed_s: float) -> None:
@@ -97,7 +103,7 @@ def assert_recovered_or_held_by_a_clock_ahead(ops: list[Op], recovery: dict[str,
 
 def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None:
     # seed 7: the first five windows are five kinds (the choices follow the seed, the
-    # number of windows the timing); at random, 4 kinds in 9 windows happened once
+    # number of windows the timing: a loaded machine allows fewer)
     r = cli("test", "--nemesis", ",".join(NEW_FAULTS), "--nodes", "5", "--time-limit", "9",
             "--seed", "7",
             "--nemesis-interval", "0.2", "--nemesis-duration", "0.5", "--quiet", "2.5",
@@ -107,7 +113,8 @@ def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None
     assert "failure" not in res and res.get("heal_errors", []) == [], res
     ops = read_history(r.run_dir / "history.jsonl")
     windows = nemesis_windows(ops)
-    assert len({f for f, _, _ in windows}) >= 5, windows
+    first = [f for f, _, _ in windows][:5]
+    assert len(first) >= 2 and len(set(first)) == len(first), windows
     for o in ops:
         if o.process == "nemesis" and o.type == "info":
             assert o.value["fault"] in NEW_FAULTS and "targets" in o.value, o.value
@@ -142,7 +149,10 @@ def test_ctrl_c_of_a_run_with_proxies_and_fake_clocks_leaves_nothing(cli: Any) -
                   "--clock-targets", "all", "--time-limit", "30", "--nemesis-interval",
                   "0.5", "--nodes", "2")
     trace = p.wait_running()
-    time.sleep(max(0.0, 4.0 - (time.monotonic() - p.started)))
+    # both faults in place (mode all: together), so the proxies and the faked clocks
+    # are there to remove
+    p.wait_for_ops(lambda ops: {"delay", "clock-strobe"} <= started_faults(ops), 60,
+                   "a delay and a clock-strobe under way")
     p.signal(signal.SIGINT)
     r = p.wait(timeout=60)
     assert r.code == 130, r.explain()
@@ -155,7 +165,7 @@ def test_ctrl_c_of_a_run_with_proxies_and_fake_clocks_leaves_nothing(cli: Any) -
 def test_sigkill_of_a_faked_run_leaves_files_that_cluster_down_removes(cli: Any) -> None:
     p = cli.start("test", "--nemesis", "clock-bump", "--time-limit", "30")
     trace = p.wait_running()
-    time.sleep(1.5)
+    p.wait_for_ops(lambda ops: "clock-bump" in started_faults(ops), 60, "a clock bump")
     p.signal(signal.SIGKILL)
     r = p.wait(timeout=30)
     assert r.code == -signal.SIGKILL, r.explain()

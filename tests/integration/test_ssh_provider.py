@@ -250,7 +250,7 @@ def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> N
     deadline = time.monotonic() + 30
     while not any(hosts.processes(h) for h in hosts.hosts) and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(2)  # a partition is likely in place now
+    p.wait_for_partition()
     p.signal(signal.SIGKILL)
     p.wait(timeout=30)
     assert any(hosts.processes(h) for h in hosts.hosts), "the run left nothing to clean?"
@@ -264,7 +264,7 @@ def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> N
 
 def test_ctrl_c_heals_and_removes_everything(cli: Any, hosts: StandIns) -> None:
     p, trace = long_run(cli, hosts, "ctrl-c.json", "partition,kill")
-    time.sleep(3)  # faults are under way
+    p.wait_for_partition()  # faults are under way
     p.signal(signal.SIGINT)
     r = p.wait(timeout=120)
     assert r.code == 130, r.explain()

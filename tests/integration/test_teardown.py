@@ -17,6 +17,7 @@ import pytest
 
 from lockcheck.cluster.state import DEFAULT_STATE_DIR
 from lockcheck.history import read_history_full
+from tests.conftest import partitions_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
@@ -42,9 +43,8 @@ def test_ctrl_c_mid_run(cli: Any) -> None:
     p = cli.start("test", "--nemesis", "partition", "--time-limit", "30",
                   "--nemesis-interval", "2")
     trace = p.wait_running()
-    # the workers are spawned; the run's clock starts once they record, and its first
-    # partition 2 s later: the interrupt lands with a partition in place
-    time.sleep(3.5)
+    # the interrupt lands with a partition in place (started, not yet healed)
+    p.wait_for_partition()
     p.signal(signal.SIGINT)
     r = p.wait(timeout=60)
     assert r.code == 130, r.explain()
@@ -60,9 +60,7 @@ def test_ctrl_c_mid_run(cli: Any) -> None:
     assert res["valid"] in (True, False, "unknown")
     assert res["ops"] == len(read.ops)
     # every partition that started was healed before the cluster went away
-    nem = [o for o in read.ops if o.process == "nemesis" and o.type == "info"]
-    assert sum(o.f == "start-partition" for o in nem) == sum(o.f == "stop-partition"
-                                                             for o in nem)
+    assert partitions_open(read.ops) == 0
     c = cli("check", r.run_dir)
     assert c.code == {True: 0, False: 1}.get(res["valid"], 2), c.explain()
 

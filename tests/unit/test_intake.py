@@ -25,6 +25,7 @@ from lockcheck.nemesis.client_pause import Holders
 from lockcheck.results.progress import LiveStats
 from lockcheck.runner import history_intake
 from lockcheck.workloads.worker import Recorder
+from tests.conftest import wait_for
 
 
 def recorded(worker: int, n: int) -> bytes:
@@ -304,6 +305,25 @@ def test_events_read_as_rows_tell_the_observers_what_the_decoder_tells_them(
     assert any(a_holders.taken_over(h) for h in b_holders.now())
 
 
+def registered(intake: Intake, n: int) -> None:
+    """Until the intake's thread watches `n` pipes (and its own wake-up pipe)."""
+    wait_for(lambda: len(intake.sel.get_map()) == n + 1, 10, f"{n} pipes registered")
+
+
+def gathering(intake: Intake) -> None:
+    """Until the intake's thread waits in a gather (on its hurry event): the state a
+    fixed sleep only made likely."""
+    def waits() -> bool:
+        frame = sys._current_frames().get(intake.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and frame.f_locals.get("self") is intake._hurried:
+                return True
+            frame = frame.f_back
+        return False
+
+    wait_for(waits, 10, "the intake to gather")
+
+
 def test_hurry_ends_a_long_gather(tmp_path: Path) -> None:
     writer = HistoryWriter(tmp_path / "history.jsonl")
     intake = Intake(writer, [], wants=[], gather_s=30.0, hurried_s=0.001)
@@ -312,9 +332,9 @@ def test_hurry_ends_a_long_gather(tmp_path: Path) -> None:
     r, w = os.pipe()
     intake.add("w1", os.fdopen(quiet_r, "rb"))
     src = intake.add("w0", os.fdopen(r, "rb"))
-    time.sleep(0.2)
+    registered(intake, 2)
     os.write(w, recorded(0, 1))
-    time.sleep(0.2)  # the intake is in its 30 s gather now
+    gathering(intake)  # its 30 s gather
     intake.hurry()
     deadline = time.monotonic() + 5
     while len(writer) < 4:
@@ -338,14 +358,15 @@ def test_close_while_the_last_worker_ends_in_a_gather_ends_the_thread(tmp_path: 
     intake ends then (once, it deadlocked on its own lock and `close` waited its whole
     timeout, the thread left running)."""
     writer = HistoryWriter(tmp_path / "history.jsonl")
-    intake = Intake(writer, [], wants=[], gather_s=0.5)
+    # a gather long enough to be seen under way on a loaded machine, shorter than close's
+    intake = Intake(writer, [], wants=[], gather_s=2.0)
     intake.start()
     (r0, w0), (r1, w1) = os.pipe(), os.pipe()
     intake.add("w0", os.fdopen(r0, "rb"))
     intake.add("w1", os.fdopen(r1, "rb"))
-    time.sleep(0.1)
-    os.write(w0, recorded(0, 1))  # one of two ready: the intake gathers 0.5 s
-    time.sleep(0.1)
+    registered(intake, 2)
+    os.write(w0, recorded(0, 1))  # one of two ready: the intake gathers 2 s
+    gathering(intake)
     os.close(w0)
     os.close(w1)
     closer = threading.Thread(target=intake.close, kwargs={"timeout": 5.0})
