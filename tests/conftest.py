@@ -79,6 +79,13 @@ def sigint_raises() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+def did_not_hang(timeout: float) -> float:
+    """An upper bound on the time an operation with deadline `timeout` takes: twice it
+    and a second. A loaded machine stretches any wait; a missing deadline is a hang, far
+    longer. Which deadline fired is for the test to assert (its error's text)."""
+    return 2 * timeout + 1.0
+
+
 def wait_for(pred: Callable[[], bool], timeout: float, what: str,
              detail: Callable[[], str] = str, interval: float = 0.05) -> None:
     """Until `pred()` holds; fails naming `what` (and `detail()`) after `timeout` seconds.
