@@ -705,10 +705,12 @@ def images() -> None:
 
 @images.command("build")
 @click.option("--base", default="registry", show_default=True,
-              help="registry (debian:bookworm from a registry) or debootstrap (a Debian "
-                   "made here from this machine's apt mirror, where no registry answers).")
+              help="registry (debian:<this machine's Debian release> from a registry) or "
+                   "debootstrap (a Debian made here from this machine's apt mirror, where no "
+                   "registry answers).")
 @click.option("--force", is_flag=True, help="Build even if the image is up to date.")
-@click.option("--image", default=None, help="Tag [default: lockcheck-node:bookworm].")
+@click.option("--image", default=None,
+              help="Tag [default: lockcheck-node:<this machine's Debian release>].")
 def images_build(base: str, force: bool, image: str | None) -> int:
     """Build the node image from the repository's Dockerfile (skipped when up to date)."""
     from lockcheck.cluster import images as node_images

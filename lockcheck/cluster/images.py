@@ -1,9 +1,10 @@
 """The docker provider's node image: one image for every service, from the repository's
 `cluster/image/Dockerfile`.
 
-`lockcheck images build` builds it on `debian:bookworm` from a registry; where no
-registry can be reached, `--base debootstrap` first makes that Debian here
-(`debootstrap --variant=minbase bookworm` from this machine's own apt mirror, then
+`lockcheck images build` builds it on the Debian release this machine runs (bookworm or
+trixie; bookworm on other hosts), `debian:<suite>` from a registry; where no registry
+can be reached, `--base debootstrap` first makes that Debian here
+(`debootstrap --variant=minbase <suite>` from this machine's own apt mirror, then
 `docker import`) and builds the same Dockerfile on it. The image is labelled with a
 hash of the Dockerfile and the base it was built on, so a build is skipped while both
 are unchanged (the image is the cache) and `doctor` can say when it is out of date.
@@ -24,12 +25,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lockcheck.distro import OS_RELEASE
+from lockcheck.distro import os_release as read_os_release
 from lockcheck.errors import BadInput
 
-IMAGE = "lockcheck-node:bookworm"
-DEBOOTSTRAP_BASE = "lockcheck-base:bookworm-minbase"
-REGISTRY_BASE = "debian:bookworm"
-SUITE = "bookworm"
+# the Debian releases the image can be built on; the image follows this machine's where
+# it is one of them (its packages are then the ones the host's own install took), and
+# bookworm elsewhere (an Ubuntu host, an older Debian)
+SUITES = ("bookworm", "trixie")
+FALLBACK_SUITE = "bookworm"
+
+
+def host_suite(os_release: Path = OS_RELEASE) -> str:
+    fields = read_os_release(os_release)
+    codename = fields.get("VERSION_CODENAME", "")
+    return codename if fields.get("ID") == "debian" and codename in SUITES else FALLBACK_SUITE
+
+
+SUITE = host_suite()
+IMAGE = f"lockcheck-node:{SUITE}"
+DEBOOTSTRAP_BASE = f"lockcheck-base:{SUITE}-minbase"
+REGISTRY_BASE = f"debian:{SUITE}"
 LABEL = "lockcheck.image"  # "<dockerfile hash> <base>"
 DEB822_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 ONE_LINE_SOURCES = Path("/etc/apt/sources.list")
@@ -104,7 +120,7 @@ def _unmount_under(root: Path) -> None:
 
 
 def make_debootstrap_base(client: Any, say: Callable[[str], None]) -> str:
-    """Debian bookworm (minbase) made here and imported as DEBOOTSTRAP_BASE."""
+    """Debian SUITE (minbase) made here and imported as DEBOOTSTRAP_BASE."""
     if shutil.which("debootstrap") is None:
         raise BadInput("--base debootstrap needs debootstrap; install it with: "
                        "apt-get install -y debootstrap")

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from lockcheck.backends import BACKENDS
+from lockcheck.cluster import images
 from lockcheck.cluster.containers import DockerCluster
 from lockcheck.cluster.state import DEFAULT_STATE_DIR, Registry
 from lockcheck.history import read_history
@@ -180,7 +181,7 @@ def test_a_second_build_is_a_no_op(cli: Any, daemon: Dockerd) -> None:
 def test_doctor_reports_the_daemon_and_the_image(cli: Any, daemon: Dockerd) -> None:
     r = cli("doctor", "--provider", "docker", env={"DOCKER_HOST": daemon.host}, timeout=60)
     assert "docker daemon" in r.stdout and "docker image" in r.stdout, r.explain()
-    assert "lockcheck-node:bookworm (up to date)" in r.stdout, r.stdout
+    assert f"{images.IMAGE} (up to date)" in r.stdout, r.stdout
     gone = cli("doctor", "--provider", "docker",
                env={"DOCKER_HOST": "unix:///run/lockcheck-docker/nothing.sock"}, timeout=60)
     assert gone.code == 254 and "MISSING  docker daemon" in gone.stdout, gone.explain()

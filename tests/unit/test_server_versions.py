@@ -139,7 +139,39 @@ def test_a_server_older_than_lockcheck_runs_is_refused_in_one_line() -> None:
     check_server_versions({"etcd": "version unknown"})  # unreadable: let through
     with pytest.raises(BadInput, match=r"^found etcd 3\.3\.25; lockcheck runs etcd 3\.4 "):
         check_server_versions({"etcd": "3.3.25"})
-    with pytest.raises(BadInput, match="redis-sentinel 6.0.16"):
+    with pytest.raises(BadInput, match=r"redis-sentinel 6\.0\.16"):
         check_server_versions({"redis-server": "6.2.1", "redis-sentinel": "6.0.16"})
-    with pytest.raises(BadInput, match="zookeeper 3.4.13"):
+    with pytest.raises(BadInput, match=r"zookeeper 3\.4\.13"):
         check_server_versions({"zookeeper": "3.4.13"})
+
+
+# -- the docker provider's image follows this machine's release -------------------------
+
+
+@pytest.mark.parametrize(("os_release", "suite"), [
+    ('ID=debian\nVERSION_CODENAME=trixie\nPRETTY_NAME="Debian GNU/Linux 13 (trixie)"\n',
+     "trixie"),
+    ("ID=debian\nVERSION_CODENAME=bookworm\n", "bookworm"),
+    ('ID=ubuntu\nVERSION_CODENAME=noble\nPRETTY_NAME="Ubuntu 24.04.3 LTS"\n', "bookworm"),
+    ("ID=debian\nVERSION_CODENAME=forky\n", "bookworm"),  # not built on yet
+    ("", "bookworm"),
+])
+def test_the_node_image_follows_the_hosts_debian_release(tmp_path: Path, os_release: str,
+                                                         suite: str) -> None:
+    from lockcheck.cluster import images
+
+    (tmp_path / "os-release").write_text(os_release)
+    assert images.host_suite(tmp_path / "os-release") == suite
+
+
+def test_the_distribution_is_named_with_debians_point_release(tmp_path: Path) -> None:
+    from lockcheck.distro import distribution
+
+    (tmp_path / "os-release").write_text(
+        'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nID=debian\nVERSION_ID="13"\n')
+    (tmp_path / "debian_version").write_text("13.8\n")
+    assert distribution(tmp_path / "os-release") == "Debian GNU/Linux 13 (trixie), 13.8"
+    (tmp_path / "os-release").write_text('PRETTY_NAME="Ubuntu 24.04.3 LTS"\nID=ubuntu\n')
+    (tmp_path / "debian_version").write_text("trixie/sid\n")
+    assert distribution(tmp_path / "os-release") == "Ubuntu 24.04.3 LTS"
+    assert distribution(tmp_path / "missing") == "unknown"
