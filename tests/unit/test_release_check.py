@@ -38,6 +38,14 @@ def test_it_runs_every_default_backend() -> None:
                                          if b.name == b.family)
 
 
+def test_every_backend_that_takes_valkey_runs_on_it_too() -> None:
+    assert sorted(rc.ON_VALKEY) == sorted(b.name for b in BACKENDS.values()
+                                          if b.name == b.family and "valkey" in b.alternatives)
+    for b in rc.ON_VALKEY:  # as on Redis
+        for n in rc.NEMESES:
+            assert rc.expected(f"{b}@valkey", n) == rc.expected(b, n)
+
+
 @pytest.mark.parametrize("backend", sorted(rc.BACKENDS))
 def test_without_faults_every_backend_is_valid(backend: str) -> None:
     assert rc.expected(backend, "none") == rc.VALID
