@@ -46,6 +46,7 @@ add_system_dirs(os.environ)
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID_RE = re.compile(r"^[0-9a-f]{6}$")
 WORKER_MODULE = "lockcheck.workloads.worker"
+KEEP_PATH_RE = re.compile(r'"keep_path": "([^"]+)"')
 
 
 def state_dir() -> Path:
@@ -320,6 +321,7 @@ class RunTrace:
         self.pids: dict[int, int | None] = {}  # pid -> start time when first seen
         self.seed: int | None = None
         self.cwd: str | None = None  # the controller's cwd (the workers inherit it)
+        self.run_dir: str | None = None  # its results folder (the workers' keep_path)
         self.addresses: set[str] = set()
 
     def note_registry(self) -> None:
@@ -349,9 +351,15 @@ class RunTrace:
             cmd, cwd = proc_cmdline(pid) or "", proc_cwd(pid) or ""
             mine = tmp in cmd or cwd.startswith(tmp)
             if not mine and WORKER_MODULE in cmd:
-                mine = (self.cwd is not None and cwd == self.cwd) or (
-                    seed_text is not None and seed_text in cmd
-                )
+                keep = KEEP_PATH_RE.search(cmd)
+                if keep is not None and self.run_dir is not None:
+                    # the worker names its run's folder: the seed alone is shared by
+                    # every run of a test with a fixed seed, another engineer's too
+                    mine = keep.group(1).startswith(self.run_dir + os.sep)
+                else:
+                    mine = (self.cwd is not None and cwd == self.cwd) or (
+                        seed_text is not None and seed_text in cmd
+                    )
             if mine:
                 out.append(f"process {pid} of run {self.run_id} still running: {cmd[:120]!r}")
         return out
@@ -499,6 +507,7 @@ class CliProcess:
             if isinstance(rid, str) and RUN_ID_RE.match(rid):
                 tr = self.trace(rid)
                 tr.seed = test.get("seed")
+                tr.run_dir = str(d)
         for m in re.finditer(r"cluster ([0-9a-f]{6}) up", "".join(self._out)):
             self.trace(m.group(1))
         for tr in self.traces.values():
