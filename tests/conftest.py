@@ -199,13 +199,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _detections_log(tmp_path_factory: pytest.TempPathFactory) -> None:
     from tests.integration import detect
 
-    detect.log_path = tmp_path_factory.getbasetemp() / "detections.jsonl"
+    os.environ[detect.LOG_ENV] = str(tmp_path_factory.getbasetemp() / "detections.jsonl")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests.integration import detect
 
-    line = detect.summary(detect.log_path) if detect.log_path is not None else None
+    path = detect.log_path()
+    line = detect.summary(path) if path is not None else None
     if line is not None:
         terminalreporter.write_line(line)
 

@@ -22,9 +22,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-# set by tests/conftest.py for the session (None: a helper imported outside pytest)
-log_path: Path | None = None
+# the session's log, set by tests/conftest.py; in the environment, not a module global,
+# so that this module imported under two names (`.detect`, `tests.integration.detect`)
+# still writes to it
+LOG_ENV = "LOCKCHECK_TESTS_DETECTIONS"
 _calls = itertools.count(1)
+
+
+def log_path() -> Path | None:
+    raw = os.environ.get(LOG_ENV)
+    return Path(raw) if raw else None
 
 
 def _shows(shows: Callable[[Any], bool], r: Any) -> tuple[bool, str | None]:
@@ -37,9 +44,10 @@ def _shows(shows: Callable[[Any], bool], r: Any) -> tuple[bool, str | None]:
 
 
 def record(entry: dict[str, Any]) -> None:
-    if log_path is None:
+    path = log_path()
+    if path is None:
         return
-    with log_path.open("a") as fh:
+    with path.open("a") as fh:
         fh.write(json.dumps(entry) + "\n")
 
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from lockcheck.history import Op, read_history
+from tests.integration.detect import first_showing
 
-from .detect import first_showing
 from .test_aimed_faults import windows
 
 # up to three runs that include client workers slow to start on a loaded machine
