@@ -19,7 +19,7 @@ from typing import Any
 
 from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster, Node
-from lockcheck.cluster.probe import tcp_exchange
+from lockcheck.cluster.probe import NotReady, tcp_exchange
 from lockcheck.db.server import PerNode, Server, start_together
 from lockcheck.errors import BadInput
 from lockcheck.preflight import INSTALL
@@ -102,6 +102,16 @@ class RedisServer(Server):
         return ping(self.node.address, self.port)
 
 
+def faked_start_refused(program: str, why: str) -> str:
+    """The one line for a server that does not start under libfaketime on this system:
+    Redis 8 and Valkey 8 hang or crash at start under it with glibc 2.41 (Debian 13),
+    whether or not glibc's malloc wrapper comes first (docs/releases.md)."""
+    how = "crashed" if " exited" in why.split(";")[0] else "did not answer"
+    return (f"clock faults: {program} {redis_version(program)} does not start under "
+            f"libfaketime on this system (it {how} at start); the Redis backends take clock "
+            "faults where it does, as on Debian 12 (see docs/releases.md)")
+
+
 class RedisClocks:
     """The `Clock` capability of a database made of `RedisServer`s: redis-server reads
     the wall clock through the C library, so libfaketime moves it (`cluster/faketime.py`:
@@ -159,7 +169,12 @@ class RedisDB(RedisClocks, PerNode):
         self.servers = {n.name: RedisServer(n, persistence=self.persistence,
                                             env_vars=self.clock_env(n), program=self.program)
                         for n in cluster.nodes}
-        start_together(self.servers.values())
+        try:
+            start_together(self.servers.values())
+        except NotReady as e:
+            if not self.faking:
+                raise
+            raise BadInput(faked_start_refused(self.program, str(e))) from None
 
     def versions(self) -> dict[str, str]:
         return {self.program: redis_version(self.program)}

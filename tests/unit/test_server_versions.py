@@ -175,3 +175,16 @@ def test_the_distribution_is_named_with_debians_point_release(tmp_path: Path) ->
     (tmp_path / "debian_version").write_text("trixie/sid\n")
     assert distribution(tmp_path / "os-release") == "Ubuntu 24.04.3 LTS"
     assert distribution(tmp_path / "missing") == "unknown"
+
+
+def test_a_server_that_does_not_start_under_libfaketime_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcheck.db import redis
+
+    monkeypatch.setattr(redis, "redis_version", lambda program: "8.0.2")
+    crashed = redis.faked_start_refused("redis-server", "redis on n1 exited; log tail:\nx")
+    assert crashed.startswith("clock faults: redis-server 8.0.2 does not start under "
+                              "libfaketime on this system (it crashed at start)")
+    hung = redis.faked_start_refused("valkey-server", "redis on n2 did not become ready in "
+                                                      "10 s; log tail:\nexited")
+    assert "(it did not answer at start)" in hung and "\n" not in hung
