@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 
 
 @contextlib.contextmanager
@@ -19,3 +20,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+# Started from a background job (`nohup ... &`), a process has SIGINT ignored and passes
+# that on across exec, so a child lockcheck means to stop with SIGINT (and have it heal
+# and tear down) would not stop. This restores SIGINT's default in the child, then execs
+# the command under the same PID: unlike a preexec_fn, safe in a parent with threads.
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def interruptible(argv: Sequence[str]) -> list[str]:
+    """`argv` to start a child that a SIGINT stops, even where ours is ignored."""
+    return [sys.executable, "-I", "-S", "-c", _SIGINT_DEFAULT, *argv]

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from lockcheck.interrupts import interruptible
 from lockcheck.syspath import add_system_dirs
 
 # No per-example deadline: a timing target belongs in a benchmark, and on a shared,
@@ -57,16 +58,11 @@ def state_dir() -> Path:
 
 # A shell's `cmd &` (no job control) starts cmd with SIGINT ignored, and exec keeps an
 # ignored signal ignored: a child we later interrupt would ignore the Ctrl-C it is
-# tested with. This shim restores the default (then Python's KeyboardInterrupt handler
-# is installed as usual) and execs the command, keeping its PID. An exec, unlike a
-# preexec_fn, is safe in a parent with threads (the CLI runner's watchers).
-_SIGINT_SHIM = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "os.execvp(sys.argv[1], sys.argv[1:])")
-
-
+# tested with. lockcheck's own `interruptible` (which test-all uses for its cells)
+# restores the default and execs the command, keeping its PID.
 def sigint_default(argv: Sequence[str]) -> list[str]:
     """`argv` to start a child that a SIGINT stops, even if ours is ignored."""
-    return [sys.executable, "-I", "-S", "-c", _SIGINT_SHIM, *argv]
+    return interruptible(argv)
 
 
 @pytest.fixture

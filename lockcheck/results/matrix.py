@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from lockcheck import exitcodes
 from lockcheck.errors import BadInput
-from lockcheck.interrupts import sigterm_as_interrupt
+from lockcheck.interrupts import interruptible, sigterm_as_interrupt
 from lockcheck.results import store
 from lockcheck.results.display import MatrixDisplay
 
@@ -235,8 +235,9 @@ class Matrix:
             fh.write(("$ " + " ".join(result.command) + "\n").encode())
             fh.flush()
             # its own session: a Ctrl-C at the terminal reaches test-all, which then asks
-            # the running test to stop (and waits for its teardown)
-            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,
+            # the running test to stop (and waits for its teardown); SIGINT at its default
+            # even under `nohup`, or that request would be ignored
+            popen = subprocess.Popen(interruptible(argv), stdin=subprocess.DEVNULL, stdout=fh,
                                      stderr=subprocess.STDOUT, start_new_session=True)
             timed_out = ""
             try:
