@@ -117,14 +117,28 @@ class Dockerd:
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
-        while subprocess.run(["docker", "-H", self.host, "version"], capture_output=True,
-                             env={**os.environ, "DOCKER_HOST": self.host}).returncode != 0:
+        # the SDK, not the `docker` CLI: Debian 13's docker.io no longer brings the CLI
+        while not self.answers():
             if self.popen.poll() is not None or time.monotonic() > deadline:
                 tail = (RUN_ROOT / "dockerd.log").read_text()[-600:]
                 self.stop()
                 raise RuntimeError(f"dockerd did not start: {tail}")
             time.sleep(0.2)
         return self
+
+    def answers(self) -> bool:
+        import docker
+        import docker.errors
+
+        client = None
+        try:
+            client = docker.DockerClient(base_url=self.host, timeout=2)
+            return bool(client.ping())
+        except (docker.errors.DockerException, OSError):
+            return False
+        finally:
+            if client is not None:
+                client.close()
 
     def _containerd_pid(self) -> int | None:
         with contextlib.suppress(OSError, ValueError):

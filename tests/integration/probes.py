@@ -118,12 +118,14 @@ def expiry_s(rigs: dict[str, redis.Redis], limit: float = 5.0) -> dict[str, floa
 
 
 @contextlib.contextmanager
-def rig_up(spec: TestSpec = SPEC) -> Iterator[Rig]:
-    """The cluster, its servers under a fake clock and the probers; all removed after.
-    `rig.pids` lists every process it ran (for the leftover checks)."""
+def rig_up(spec: TestSpec = SPEC, *, fake_clock: bool = True) -> Iterator[Rig]:
+    """The cluster, its servers under a fake clock (where redis-server starts under one)
+    and the probers; all removed after. `rig.pids` lists every process it ran (for the
+    leftover checks)."""
     c = LocalCluster(spec.nodes, spec.concurrency, Registry(DEFAULT_STATE_DIR))
     db = RedisDB(spec)
-    db.fake_clock()
+    if fake_clock:
+        db.fake_clock()
     with c:
         try:
             db.setup(c)

@@ -195,8 +195,10 @@ class StandIns:
                 continue
             # an empty command line is a process on its way out (its memory is already
             # gone: an sshd session child just after `cluster down`), not one left behind
-            if state in ("Z", "X") or not cmd.strip() or cmd.startswith(("/usr/sbin/sshd",
-                                                                         "sshd:")):
+            # (OpenSSH 9.8 and newer, as in Debian 13, names a session's processes
+            # sshd-session and sshd-auth)
+            if state in ("Z", "X") or not cmd.strip() or cmd.startswith(
+                    ("/usr/sbin/sshd", "sshd:", "sshd-session:", "sshd-auth:")):
                 continue
             out.append(f"{h.name}: pid {pid} {cmd.strip()[:100]}")
         return out

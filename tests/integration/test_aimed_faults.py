@@ -50,6 +50,7 @@ def windows(ops: list[Op], start_f: str, stop_f: str) -> list[tuple[Op, int]]:
     return out
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_bridge_clock_finds_kleppmanns_clock_scenario(module_cli: Any) -> None:
     r = detected(module_cli, "bridge_clock")
     assert r.code == 1, r.explain()

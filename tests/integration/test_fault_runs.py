@@ -101,6 +101,7 @@ def assert_recovered_or_held_by_a_clock_ahead(ops: list[Op], recovery: dict[str,
         (recovery, on_servers, granted[-1:])
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None:
     # seed 7: the first five windows are five kinds (the choices follow the seed, the
     # number of windows the timing: a loaded machine allows fewer)
@@ -125,6 +126,7 @@ def test_every_new_fault_is_recorded_healed_and_leaves_nothing(cli: Any) -> None
     cli.assert_no_leftovers(None, grace=LINK_GRACE)
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_all_mode_overlaps_the_faults_and_cleans_killed_faked_servers(cli: Any) -> None:
     r = cli("test", "--nemesis", "partition-clients,clock-bump,kill", "--nemesis-mode", "all",
             "--nodes", "3", "--time-limit", "6", "--nemesis-interval", "0.5",
@@ -144,6 +146,7 @@ def test_all_mode_overlaps_the_faults_and_cleans_killed_faked_servers(cli: Any) 
     cli.assert_no_leftovers(None, grace=LINK_GRACE)
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_ctrl_c_of_a_run_with_proxies_and_fake_clocks_leaves_nothing(cli: Any) -> None:
     p = cli.start("test", "--nemesis", "delay,clock-strobe", "--nemesis-mode", "all",
                   "--clock-targets", "all", "--time-limit", "30", "--nemesis-interval",
@@ -162,6 +165,7 @@ def test_ctrl_c_of_a_run_with_proxies_and_fake_clocks_leaves_nothing(cli: Any) -
     cli.assert_no_leftovers(trace.run_id, grace=LINK_GRACE)
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_sigkill_of_a_faked_run_leaves_files_that_cluster_down_removes(cli: Any) -> None:
     p = cli.start("test", "--nemesis", "clock-bump", "--time-limit", "30")
     trace = p.wait_running()

@@ -24,14 +24,14 @@ from lockcheck.cluster.node import pid_state
 from lockcheck.nemesis.api import PrepareContext
 from lockcheck.nemesis.clock import prepare as prepare_clocks
 from lockcheck.nemesis.delay import prepare as prepare_delay
-from tests.conftest import faketime_files, lockcheck_ids_on_host
+from tests.conftest import faked_redis_refusal, faketime_files, lockcheck_ids_on_host
 from tests.integration.probes import SPEC, Rig, expiry_s, median_rtt, redis_now_ms, rig_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
 
 @pytest.fixture(scope="module")
 def rig() -> Iterator[Rig]:
-    with rig_up() as r:
+    with rig_up(fake_clock=faked_redis_refusal() is None) as r:
         run_id = r.cluster.run_id
         yield r
     assert run_id not in lockcheck_ids_on_host()
@@ -118,6 +118,7 @@ def test_delay_adds_about_the_delay_asked_for_and_heals(rig: Rig, proxies: Any) 
     assert all(proxies.proxies[n.name].daemon.alive() for n in rig.cluster.nodes)
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_clock_rate_makes_a_redis_expire_keys_early_and_heals(rig: Rig) -> None:
     nem = rig.nemesis("clock-rate", clock_targets="nodes")
     clients = {n.name: rig.redis(n.name) for n in rig.cluster.nodes}
@@ -140,6 +141,7 @@ def test_clock_rate_makes_a_redis_expire_keys_early_and_heals(rig: Rig) -> None:
         assert abs(redis_now_ms(r) - time.time() * 1000) < 100, f"{name}'s clock not reset"
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_clock_bump_and_skew_move_a_redis_clock_and_its_ttls(rig: Rig) -> None:
     r = {n.name: rig.redis(n.name) for n in rig.cluster.nodes}
     for name in ("clock-bump", "clock-skew"):
@@ -265,6 +267,7 @@ def test_client_clock_moves_the_wall_clock_but_never_history_times(rig: Rig) -> 
         rig.ctx_prepared.pop("lockcheck.nemesis.clock:prepare")
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_a_killed_faked_server_leaves_no_clock_files_and_restarts_faked(rig: Rig) -> None:
     from lockcheck.cluster.faketime import runs_libfaketime, shm_files
 

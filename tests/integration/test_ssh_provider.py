@@ -93,6 +93,7 @@ def test_a_run_with_partitions_and_kills_ends_clean(cli: Any, hosts: StandIns) -
     assert abs(wall_minus_monotonic() - skew) < 0.5  # this machine's clock never moved
 
 
+@pytest.mark.usefixtures("faked_redis")
 def test_fake_clocks_on_hosts_that_are_this_machine_leave_no_files(cli: Any,
                                                                    hosts: StandIns) -> None:
     """Stand-ins share this machine's clock, so server clock faults fall back to

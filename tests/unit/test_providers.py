@@ -212,10 +212,11 @@ def test_the_apt_mirror_is_this_machines(tmp_path: Path) -> None:
         "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
         "Components: main\n\nTypes: deb\nURIs: http://security.example/debian-security\n"
         "Suites: bookworm-security\n"))
-    assert images.apt_mirror(deb822, tmp_path / "none") == "http://mirror.example/debian"
+    assert images.apt_mirror(deb822, tmp_path / "none", suite="bookworm") == \
+        "http://mirror.example/debian"
     one = write(tmp_path, "sources.list",
                 "# x\ndeb [arch=amd64] http://one.example/d bookworm main\n")
-    assert images.apt_mirror(tmp_path / "none", one) == "http://one.example/d"
+    assert images.apt_mirror(tmp_path / "none", one, suite="bookworm") == "http://one.example/d"
     assert images.apt_mirror(tmp_path / "none", tmp_path / "none") == images.DEFAULT_MIRROR
 
 
