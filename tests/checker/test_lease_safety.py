@@ -223,7 +223,8 @@ def test_a_correct_service_is_never_blamed(rng: random.Random) -> None:
     ops = simulate(rng, n_ops=rng.randint(1, 30), clients=rng.randint(1, 4), ttl_ms=50)
     r = check(ops, clock_drift=0.0)
     lin = check_safe("linearizable", check_linearizable, ops, CheckOptions())
-    off = CheckOptions(extra={"fast_path": False})
+    # the full search, bounded: an example it cannot finish in a second is unknown
+    off = CheckOptions(extra={"fast_path": False}, timeout_s=1.0)
     searched = check_safe("linearizable", check_linearizable, ops, off)
     if not any(o.type == "ok" and o.f in ("acquire", "renew") for o in ops):
         assert r["valid"] == "unknown"  # nothing was granted: nothing to check
@@ -233,7 +234,11 @@ def test_a_correct_service_is_never_blamed(rng: random.Random) -> None:
         assert lin["valid"] == searched["valid"] == "unknown"
     else:
         assert lin["valid"] is True, lin.get("explanation")
-        assert searched["valid"] is True
+        # the full search never blames it either; with many crashed ops (each may or
+        # may not have taken effect) it can stop unfinished (its time or cache cap):
+        # unknown, said so, never invalid (hypothesis found 23 ops with 21 crashed)
+        assert searched["valid"] is True or (
+            searched["valid"] == "unknown" and searched.get("note")), searched
 
 
 def test_an_empty_restart_is_caught() -> None:
