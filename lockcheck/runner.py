@@ -249,13 +249,15 @@ class WorkerHandle:
         return problems
 
 
-def versions(p: Plan) -> dict[str, str]:
+def versions(p: Plan, servers: dict[str, str] | None = None) -> dict[str, str]:
+    """Every component's version; `servers` as `server_versions` read them (asked here
+    when not given)."""
     v = {"lockcheck": __version__, "python": platform.python_version(),
          "kernel": platform.release(), "distribution": distribution(),
          p.backend.library: p.backend.library_version()}
     if p.backend.library == "redis":
         v["redis-py"] = v["redis"]  # the name users know it by
-    v.update(server_versions(p))
+    v.update(server_versions(p) if servers is None else servers)
     return v
 
 
@@ -400,8 +402,9 @@ class Run:
         t["backend_info"] = {"family": p.backend.family, "client": p.backend.library,
                              "fence": p.backend.fence, "description": p.backend.description,
                              "capabilities": capabilities(p.db)}
-        t["versions"] = versions(p)
-        t["server_versions"] = server_versions(p)
+        servers = server_versions(p)  # a process per server program: asked once
+        t["versions"] = versions(p, servers)
+        t["server_versions"] = servers
         if p.client is not None:
             info = t["client"] = p.client.info()
             t["backend_info"].update(
@@ -443,8 +446,9 @@ class Run:
         self.p.db.setup(self.cluster)
         log.info("%s serving in %.2fs", self.p.db.name, time.monotonic() - t)
         # now the servers can be asked (a node's may differ from this machine's)
-        self.test["versions"].update(versions(self.p))
-        self.test["server_versions"] = server_versions(self.p)
+        servers = server_versions(self.p)
+        self.test["versions"].update(versions(self.p, servers))
+        self.test["server_versions"] = servers
         self.test["db"] = self.p.db.describe()
         store.write_json(self.run_dir / store.TEST, self.test)
         self.p.backend.prepare(self.p.db, self.spec)
