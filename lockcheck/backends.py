@@ -13,105 +13,11 @@ runs.
 
 from __future__ import annotations
 
-import importlib.metadata
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lockcheck.backend import Backend
 from lockcheck.errors import BadInput
 from lockcheck.registry import load
-
-if TYPE_CHECKING:
-    from lockcheck.cluster.api import DB
-    from lockcheck.locks.api import ClientFactory
-    from lockcheck.spec import TestSpec
-
-
-@dataclass(frozen=True, kw_only=True)
-class Backend:
-    name: str
-    family: str  # backends of one family share a database: redis, redlock, zookeeper, ...
-    description: str
-    db: str  # "module:factory", called as factory(spec, options) -> DB
-    client: str  # "module:factory", a `locks.api.ClientFactory`
-    library: str  # the PyPI distribution of the client library (its version is reported)
-    library_extras: tuple[str, ...] = ()  # the extras pyproject.toml asks of it
-    fence: str | None  # where fencing tokens come from; None: the backend issues none
-    expect: str  # what a run is expected to show, in a sentence
-    default_nodes: int = 1
-    min_nodes: int = 1
-    max_nodes: int | None = None
-    # the server programs a node runs (a name on PATH, a path, or a path with a `*` for
-    # a version folder: `preflight.find_program`) -> the Debian package that brings each
-    servers: Mapping[str, str] = field(default_factory=dict)
-    # what `--server` calls the servers above ("redis"), and the other servers the
-    # backend can run instead (`--server valkey`), each with its programs and packages
-    # as in `servers`; the database starts `<server>-server` and `<server>-sentinel`
-    server: str = ""
-    alternatives: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)  # the variant's switches
-    unsafe: bool = False  # a variant that exists to show a known failure
-    # the client calls `ClientOptions.at_grant_reply` with a grant's replies unread,
-    # so `client-pause --pause-at acquire` can stop it there
-    stops_at_reply: bool = False
-    # the client's release is a check then an act and it calls
-    # `ClientOptions.at_release_check` between them, so `client-pause --pause-at release`
-    # stops it there; other clients are stopped from outside as they start to release
-    stops_at_release: bool = False
-    # a server of lockcheck's own rather than a lock service people deploy: runnable
-    # without root (`--provider inproc`), left out of test-all's default matrix
-    own_server: bool = False
-
-    @property
-    def binaries(self) -> tuple[str, ...]:
-        """The server programs that must be installed."""
-        return tuple(self.servers)
-
-    @property
-    def packages(self) -> tuple[str, ...]:
-        """The Debian packages that bring them."""
-        return tuple(dict.fromkeys(self.servers.values()))
-
-    def choose_server(self, choice: str | None) -> str | None:
-        """`--server`'s choice as a run records it: None for the backend's own server,
-        or a name from `alternatives`; anything else is refused with one line."""
-        if choice is None or choice == self.server:
-            return None
-        if choice in self.alternatives:
-            return choice
-        if not self.alternatives:
-            raise BadInput(f"--server {choice}: backend {self.name} runs "
-                           f"{self.server or 'its own server'} only")
-        names = ", ".join([self.server, *self.alternatives])
-        raise BadInput(f"unknown --server {choice!r} for backend {self.name}; choose from "
-                       f"{names}")
-
-    def server_programs(self, choice: str | None) -> Mapping[str, str]:
-        """The programs (-> Debian packages) of the chosen server."""
-        chosen = self.choose_server(choice)
-        return self.servers if chosen is None else self.alternatives[chosen]
-
-    def make_db(self, spec: TestSpec) -> DB:
-        factory: Callable[..., DB] = load(self.db)
-        return factory(spec, self.options)
-
-    def client_factory(self) -> ClientFactory:
-        factory: ClientFactory = load(self.client)
-        return factory
-
-    def prepare(self, db: DB, spec: TestSpec) -> None:
-        """The backend's one-off preparation once its database serves (a table, say),
-        run from the controller: `options["setup"]` names it as "module:function"."""
-        setup = self.options.get("setup")
-        if setup:
-            load(str(setup))(db.client_config(), spec)
-
-    def library_version(self) -> str:
-        try:
-            return importlib.metadata.version(self.library)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
 
 POSTGRES_PROGRAM = "/usr/lib/postgresql/*/bin/postgres"
 
@@ -210,7 +116,7 @@ def _memory(**kw: Any) -> Backend:
     return Backend(**{**base, **kw})
 
 
-BACKENDS: dict[str, Backend] = {
+_BUILT_IN: dict[str, Backend] = {
     b.name: b
     for b in [
         _redis(
@@ -460,6 +366,24 @@ BACKENDS: dict[str, Backend] = {
         ),
     ]
 }
+
+
+# families whose entries live beside their own modules, each a "module:attr" naming a
+# tuple of Backend (`lockcheck/families/`)
+FAMILIES = ("lockcheck.families.dynamodb:BACKENDS", "lockcheck.families.consul:BACKENDS")
+
+
+def _with_families(built_in: dict[str, Backend]) -> dict[str, Backend]:
+    table = dict(built_in)
+    for ref in FAMILIES:
+        for b in load(ref):
+            if b.name in table:
+                raise RuntimeError(f"backend {b.name} is defined twice ({ref})")
+            table[b.name] = b
+    return table
+
+
+BACKENDS: dict[str, Backend] = _with_families(_BUILT_IN)
 
 
 def backend(name: str) -> Backend:

@@ -164,7 +164,8 @@ def main() -> None:
               help="Client worker processes, each in its own namespace.")
 @click.option("--keys", type=int, default=3, show_default=True, help="How many lock names.")
 @click.option("--time-limit", type=float, default=30.0, show_default=True, help="Seconds.")
-@click.option("--ttl-ms", type=int, default=1000, show_default=True, help="Lease TTL.")
+@click.option("--ttl-ms", type=int, default=None,
+              help="Lease TTL.  [default: 1000, or the backend's minimum TTL]")
 @click.option("--hold-ms", default="50-500", show_default=True,
               help="Critical-section time: ms (200), a range (50-500), "
                    "lognormal:MEDIAN:SIGMA[:MAX] or pareto:MIN:ALPHA[:MAX].")
@@ -228,7 +229,7 @@ def test(ctx: click.Context, **o: Any) -> int:
     from lockcheck.backends import backend
     from lockcheck.nemesis.registry import parse_nemesis
     from lockcheck.runner import run_test
-    from lockcheck.spec import TestSpec
+    from lockcheck.spec import TTL_NOT_GIVEN, TestSpec
     from lockcheck.workloads.hold import parse_hold
 
     b = backend(o["backend"])
@@ -249,7 +250,8 @@ def test(ctx: click.Context, **o: Any) -> int:
             provider_options=provider_opts,
             nodes=o["nodes"] or b.default_nodes,
             concurrency=o["concurrency"], keys=o["keys"], time_limit=o["time_limit"],
-            ttl_ms=o["ttl_ms"], hold_ms=hold.bounds, hold_dist=hold.dist,
+            ttl_ms=TTL_NOT_GIVEN if o["ttl_ms"] is None else o["ttl_ms"],
+            hold_ms=hold.bounds, hold_dist=hold.dist,
             nemesis_interval=o["nemesis_interval"], nemesis_duration=o["nemesis_duration"],
             nemesis_mode=o["nemesis_mode"], restart_delay=o["restart_delay_ms"] / 1000,
             kill_targets=o["kill_targets"], pause_ms=o["pause_ms"], pause_at=o["pause_at"],
@@ -426,6 +428,8 @@ def test_all(**o: Any) -> int:
     a failing or crashing run is recorded and the matrix goes on. Exit code: 1 if any
     run was unsafe, 2 if any was unknown or failed, 0 if all were safe."""
     from lockcheck.results.matrix import (
+        DEFAULT_NEMESES,
+        DEFAULT_WORKLOADS,
         default_backends,
         known_names,
         run_test_all,
@@ -434,9 +438,8 @@ def test_all(**o: Any) -> int:
 
     _, kw, kn = known_names()
     backends = split_names(o["backends"]) or default_backends()
-    workloads = split_names(o["workloads"]) or [w for w in ("mutex", "fenced") if w in kw]
-    nemeses = split_names(o["nemeses"]) or [
-        n for n in ("none", "partition", "kill", "pause", "client-pause") if n in kn]
+    workloads = split_names(o["workloads"]) or [w for w in DEFAULT_WORKLOADS if w in kw]
+    nemeses = split_names(o["nemeses"]) or [n for n in DEFAULT_NEMESES if n in kn]
     return run_test_all(backends=backends, workloads=workloads, nemeses=nemeses,
                         count=o["runs"], time_limit=o["time_limit"],
                         results_dir=o["results_dir"], pass_through=_pass_through_args(o),
@@ -535,7 +538,7 @@ def cluster() -> None:
 def cluster_up(ctx: click.Context, **o: Any) -> int:
     """Start nodes and servers and leave them running."""
     from lockcheck.backends import backend as find_backend
-    from lockcheck.runner import Teardown, cluster_request, no_interrupts, plan
+    from lockcheck.runner import Teardown, no_interrupts, plan, servers_up
     from lockcheck.spec import TestSpec
 
     def say(line: str) -> None:
@@ -548,15 +551,9 @@ def cluster_up(ctx: click.Context, **o: Any) -> int:
                       nemesis=(), subnet=o["subnet"],
                       provider_options=given_provider_options(o, o["provider"])),
              say, command="lockcheck cluster up")
-    c = p.provider.make(cluster_request(p, registry(ctx), kind="cluster", clients=clients,
-                                        say=say))
     undo = Teardown()
-    undo.push("remove cluster", c.down)
     try:
-        c.up()
-        undo.push("stop servers", p.db.teardown)
-        p.db.setup(c)
-        p.backend.prepare(p.db, p.spec)
+        c = servers_up(p, registry(ctx), undo, kind="cluster", clients=clients, say=say)
         services = p.db.describe()
         info = c.describe()
         c.keep(services)
@@ -622,6 +619,13 @@ def cluster_down(ctx: click.Context, run_ids: tuple[str, ...], forget: tuple[str
                         if r not in cleaned]
         except (BadInput, RuntimeError) as e:  # one provider's trouble: still do the rest
             problems.append(f"{p.name}: {e}")
+    # a killed run whose hosts could not be reached stays registered (the reason was
+    # said above): not a success
+    live_ids = {s.run_id for s in live}
+    problems += [f"run {s.run_id} (killed) is still registered; lockcheck cluster down "
+                 f"tries again, --forget {s.run_id} drops it"
+                 for s in reg.all() if s.kind == "test" and s.run_id not in live_ids
+                 and not s.owner_alive()]
     click.echo(f"removed: {', '.join(cleaned) if cleaned else 'nothing'}")
     if live:
         click.echo(f"left alone (a test is running): {', '.join(s.run_id for s in live)}")
@@ -646,10 +650,16 @@ def remove_clusters(reg: Registry, kept: list[RunState]) -> int:
             reg.save(st)
     view = Selection(reg, [st.run_id for st in kept])
     removed: list[str] = []
+    problems: list[str] = []
     for name in dict.fromkeys(st.provider for st in kept):
-        removed += provider(name).remove_kept(view)
+        try:
+            removed += provider(name).remove_kept(view)
+        except RuntimeError as e:  # a host out of reach: the run stays registered
+            problems.append(f"{name}: {e}")
     click.echo(f"removed: {', '.join(removed) if removed else 'nothing'}")
-    return 0
+    for problem in problems:
+        click.echo(f"lockcheck: could not remove everything: {problem}", err=True)
+    return exitcodes.BAD_INPUT if problems else 0
 
 
 @cluster.command("status")
@@ -699,6 +709,52 @@ def doctor(**o: Any) -> int:
 
 
 @main.group()
+def servers() -> None:
+    """The server programs that do not come as this distribution's packages."""
+
+
+@servers.command("install")
+@click.option("--backend", "backends", multiple=True,
+              help="Only this backend's servers (repeatable) [default: every backend's].")
+def servers_install(backends: tuple[str, ...]) -> int:
+    """Install what is missing of them under /var/lib/lockcheck/servers (cached: a
+    second install needs no network). scripts/install runs this."""
+    from lockcheck.backends import BACKENDS, backend
+    from lockcheck.preflight import is_root
+    from lockcheck.servers import ROOT, Debian, install
+
+    chosen = [backend(n) for n in backends] if backends else list(BACKENDS.values())
+    if not is_root():
+        raise BadInput(f"lockcheck servers install writes to {ROOT}: run it as root")
+    sources = [s for b in chosen for choice in (None, *b.alternatives)
+               for s in b.sources(choice).values()]
+    done = install(sources, say=lambda line: click.echo(line, err=True))
+    own = {s for s in sources if not isinstance(s, Debian)}
+    click.echo(f"servers: {len(done)} installed now, {len(own) - len(done)} already here"
+               + (", the rest are Debian packages (scripts/install)"
+                  if len(own) < len(set(sources)) else ""))
+    return 0
+
+
+@servers.command("list")
+def servers_list() -> int:
+    """Each backend's server programs, where each comes from, and whether it is here."""
+    from lockcheck.backends import BACKENDS
+    from lockcheck.preflight import find_program
+    from lockcheck.servers import install_hint
+
+    seen: dict[str, Any] = {}
+    for b in BACKENDS.values():
+        for choice in (None, *b.alternatives):
+            seen.update(b.sources(choice))
+    for prog, source in seen.items():
+        here = find_program(prog) is not None
+        click.echo(f"{'ok ' if here else 'MISSING':8} {prog.rsplit('/', 1)[-1]:16} "
+                   f"{source.describe()}" + ("" if here else f"  -> {install_hint(source)}"))
+    return 0
+
+
+@main.group()
 def images() -> None:
     """The docker provider's node image."""
 
@@ -726,8 +782,9 @@ def images_build(base: str, force: bool, image: str | None) -> int:
 @click.argument("factory")
 @click.option("--backend", default="redis", show_default=True,
               help="Whose servers the client is checked against (see: lockcheck backends).")
-@click.option("--ttl-ms", type=int, default=1000, show_default=True, help="Lease TTL.")
-def client_check(factory: str, backend: str, ttl_ms: int) -> int:
+@click.option("--ttl-ms", type=int, default=None,
+              help="Lease TTL.  [default: 1000, or the backend's minimum TTL]")
+def client_check(factory: str, backend: str, ttl_ms: int | None) -> int:
     """Check a lock client in seconds, without faults, before a long run.
 
     FACTORY is MODULE:FACTORY, path/to/file.py:FACTORY or a shipped adapter's name.

@@ -27,15 +27,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockcheck.backends import Backend, backend
+from lockcheck.backend import Backend
+from lockcheck.backends import backend
 from lockcheck.clients import ResolvedClient, check_shape, close_all, load_factory, resolve_client
 from lockcheck.cluster.api import DB, Killable
-from lockcheck.cluster.providers import ClusterRequest, provider
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.locks.api import ClientOptions, Definite, Indefinite, Lease, LockClient, NotOwner
-from lockcheck.preflight import debian_packages, require_binaries
-from lockcheck.spec import TestSpec, validate
+from lockcheck.runner import Plan, Teardown, no_interrupts, plan, servers_up
+from lockcheck.spec import TTL_NOT_GIVEN, TestSpec
 
 KEY = "client-check"
 
@@ -322,27 +322,24 @@ def stopped_server(db: DB, client: LockClient, timeout: float, r: Report) -> Non
         r.bad(step, "GRANTED with every server stopped")
 
 
-def run_client_check(text: str, backend_name: str, *, ttl_ms: int = 1000,
+def run_client_check(text: str, backend_name: str, *, ttl_ms: int | None = None,
                      say: Callable[[str], None] = print) -> int:
     """Bring up the backend's servers, run the steps, take it all down; 0 or 1."""
     b = backend(backend_name)
     r = resolve_client(text, b.name)
-    spec = validate(TestSpec(backend=b.name, nodes=b.default_nodes, concurrency=1,
-                             nemesis=(), ttl_ms=ttl_ms))
-    p = provider("local")
-    why = p.prerequisites()
-    if why is not None:
-        raise BadInput(f"lockcheck client-check {why}")
-    require_binaries(b.binaries)
+    p = plan(TestSpec(backend=b.name, nodes=b.default_nodes, concurrency=1, nemesis=(),
+                      ttl_ms=TTL_NOT_GIVEN if ttl_ms is None else ttl_ms),
+             command="lockcheck client-check")
+    spec = p.spec
     t0 = time.monotonic()
     report = Report(say)
-    say(f"client-check {text} on {b.name} ({spec.nodes} node(s), TTL {ttl_ms} ms)")
+    say(f"client-check {text} on {b.name} ({spec.nodes} node(s), TTL {spec.ttl_ms} ms)")
     # a library's own log lines (a traceback per refused connection) are not ours to print
     quiet = logging.NullHandler()
     root = logging.getLogger()
     root.addHandler(quiet)
     try:
-        with_servers(b, spec, lambda db: check_on(db, b, r, spec, report))
+        with_servers(p, lambda db: check_on(db, b, r, spec, report), say)
     finally:
         root.removeHandler(quiet)
     n = len(report.problems)
@@ -351,23 +348,19 @@ def run_client_check(text: str, backend_name: str, *, ttl_ms: int = 1000,
     return 1 if n else 0
 
 
-def with_servers(b: Backend, spec: TestSpec, fn: Callable[[DB], None]) -> None:
-    p = provider("local")
+def with_servers(p: Plan, fn: Callable[[DB], None], say: Callable[[str], None]) -> None:
+    """fn on the plan's database, serving on a cluster made the way `lockcheck test` and
+    `cluster up` make theirs, then everything removed (also after an error)."""
     registry = Registry()
-    p.reap(registry)
-    db = b.make_db(spec)
-    cluster = p.make(ClusterRequest(nodes=spec.nodes, clients=0, registry=registry,
-                                    packages=debian_packages(b.binaries)))
+    p.provider.reap(registry)
+    undo = Teardown()
     try:
-        cluster.up()
-        db.setup(cluster)
-        b.prepare(db, spec)
-        fn(db)
+        servers_up(p, registry, undo, kind="test", clients=0)
+        fn(p.db)
     finally:
-        try:
-            db.teardown()
-        finally:
-            cluster.down()
+        with no_interrupts():
+            for error in undo.run():
+                say(f"teardown: {error}")
 
 
 def check_on(db: DB, b: Backend, r: ResolvedClient, spec: TestSpec, report: Report) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from lockcheck.backends import BACKENDS, OLDEST, PACKAGED_IN
 from lockcheck.errors import BadInput
+from lockcheck.servers import Debian, Source, install_hint
 
 # the tools lockcheck itself drives on this machine -> their Debian packages
 TOOLS = {"ip": "iproute2", "iptables": "iptables"}
@@ -34,19 +35,23 @@ def find_program(program: str) -> str | None:
     return shutil.which(program)
 
 
-def debian_package_of() -> dict[str, str]:
-    """Program -> the Debian package that brings it: the tools, and every backend's
-    servers as its definition names them."""
-    out = dict(TOOLS)
+def source_of() -> dict[str, Source]:
+    """Program -> where it comes from: the tools (Debian packages), and every
+    backend's servers as its definition names them."""
+    out: dict[str, Source] = {p: Debian(package) for p, package in TOOLS.items()}
     for b in BACKENDS.values():
-        out.update(b.servers)
-        for programs in b.alternatives.values():
-            out.update(programs)
+        out.update(b.sources())
+        for choice in b.alternatives:
+            out.update(b.sources(choice))
     return out
 
 
-INSTALL = {program: f"apt-get install -y {package}"
-           for program, package in debian_package_of().items()}
+def debian_package_of() -> dict[str, str]:
+    """Program -> the Debian package of this distribution that brings it."""
+    return {p: s.package for p, s in source_of().items() if isinstance(s, Debian)}
+
+
+INSTALL = {program: install_hint(source) for program, source in source_of().items()}
 
 
 @dataclass
@@ -110,11 +115,17 @@ def server_findings() -> list[Finding]:
         for choice, programs in b.alternatives.items():
             for binary in programs:
                 chosen.setdefault(binary, []).append(f"--server {choice}")
+    sources = source_of()
     out = []
     for binary, users in [*needed.items(), *chosen.items()]:
         path = find_program(binary)
         optional = binary in chosen
-        version = program_version(path) if path else ""
+        source = sources.get(binary)
+        # one lockcheck installed itself is the version it installed; never started to
+        # ask (an npm server given --version may just start serving)
+        own = source is not None and not isinstance(source, Debian)
+        version = ((source.describe() if own and source else program_version(path))
+                   if path else "")
         where = (f"{path}, {version}" if version else path) if path else "not found"
         if path is None and binary in PACKAGED_IN:
             where += f" (packaged in {PACKAGED_IN[binary]})"

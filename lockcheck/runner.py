@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockcheck import __version__
-from lockcheck.backends import Backend, backend
+from lockcheck.backend import Backend
+from lockcheck.backends import backend
 from lockcheck.checker.analyze import analyze
 from lockcheck.checker.recovery import check_recovery
 from lockcheck.checker.verdict import cut_short, harness_failed
@@ -52,6 +53,7 @@ from lockcheck.registry import load
 from lockcheck.results import store
 from lockcheck.results.display import RunStatus, make_run_display, render_summary
 from lockcheck.results.progress import LiveStats
+from lockcheck.servers import ROOT, Debian
 from lockcheck.spec import TestSpec, validate
 from lockcheck.workloads.api import KeyPlan, Resource, ResourceContext, Workload, default_keys
 from lockcheck.workloads.registry import workload
@@ -101,6 +103,7 @@ def plan(spec: TestSpec, say: Callable[[str], None] = lambda line: None, *,
     # the provider: the docker image and the ssh provider's apt step put the same
     # Debian packages at the same paths on the nodes
     require_binaries(tuple(b.server_programs(spec.server)))
+    check_server_root(b, spec.server, p)
     check_server_versions(server_versions_of(db, refuse=True))
     if spec.subnet is not None:
         p.check_subnet(spec.subnet)  # a bad or busy --subnet is refused before anything
@@ -120,7 +123,41 @@ def cluster_request(p: Plan, registry: Registry, *, kind: str = "test",
     return ClusterRequest(
         nodes=spec.nodes, clients=spec.concurrency if clients is None else clients,
         registry=registry, subnet=spec.subnet, kind=kind, options=spec.provider_options,
-        packages=debian_packages(tuple(p.backend.server_programs(spec.server))), say=say)
+        packages=debian_packages(tuple(p.backend.server_programs(spec.server))),
+        server_root=server_root(p.backend, spec.server), say=say)
+
+
+def servers_up(p: Plan, registry: Registry, undo: Teardown, *, kind: str, clients: int,
+               say: Callable[[str], None] = lambda line: None) -> Cluster:
+    """A cluster with the backend's servers serving and prepared, for `cluster up` and
+    `client-check`: the undo of each step is pushed before the step is taken (a test
+    run takes the same steps one at a time, recording between them)."""
+    c = p.provider.make(cluster_request(p, registry, kind=kind, clients=clients, say=say))
+    undo.push("remove cluster", c.down)
+    c.up()
+    undo.push("stop servers", p.db.teardown)
+    p.db.setup(c)
+    p.backend.prepare(p.db, p.spec)
+    return c
+
+
+def server_root(b: Backend, choice: str | None) -> str | None:
+    """lockcheck's own folder of servers, when the chosen server is one installed there
+    (not a package of this distribution): the nodes need it at the same path."""
+    own = any(not isinstance(s, Debian) for s in b.sources(choice).values())
+    return str(ROOT) if own else None
+
+
+def check_server_root(b: Backend, choice: str | None, p: Provider) -> None:
+    """Refuse, in one line, a server the provider's nodes cannot run: one lockcheck
+    installed under its own folder on this machine, for a provider that does not
+    bring that folder to its nodes."""
+    if server_root(b, choice) is None or p.reaches_server_root:
+        return
+    own = [s.describe() for s in b.sources(choice).values() if not isinstance(s, Debian)]
+    raise BadInput(f"backend {b.name} runs {', '.join(own)}, installed by lockcheck on "
+                   f"this machine only: --provider {p.name} cannot bring it to its "
+                   "nodes; use --provider local or docker")
 
 
 def check_fault_prerequisites(spec: TestSpec) -> None:

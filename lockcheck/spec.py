@@ -13,6 +13,15 @@ PAUSE_AT = ("section", "release", "acquire")  # where client-pause stops a clien
 NEMESIS_MODES = ("one", "all")  # a random one of the faults each interval, or all together
 CLOCK_TARGETS = ("nodes", "clients", "all")
 MAX_DELAY_MS = 10_000
+DEFAULT_TTL_MS = 1000  # the TTL of a backend without a minimum of its own
+
+
+class TTLNotGiven(int):
+    """The TTL of a spec whose --ttl-ms was not given: DEFAULT_TTL_MS until `validate`
+    replaces it with the backend's default (its minimum TTL, where it has one)."""
+
+
+TTL_NOT_GIVEN = TTLNotGiven(DEFAULT_TTL_MS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +44,7 @@ class TestSpec:
     concurrency: int = 5
     keys: int = 3
     time_limit: float = 30.0
-    ttl_ms: int = 1000
+    ttl_ms: int = TTL_NOT_GIVEN  # not given: `validate` makes it the backend's default
     hold_ms: tuple[int, int] = (50, 500)  # bounds of the critical-section time
     hold_dist: str | None = None  # a long-tail distribution (workloads/hold.py), or uniform
     nemesis_interval: float = 3.0
@@ -145,6 +154,7 @@ def validate(spec: TestSpec) -> TestSpec:
     from lockcheck.workloads.registry import workload
 
     b = backend(spec.backend)
+    spec = resolve_ttl(spec, b.name, b.min_ttl_ms)
     if b.choose_server(spec.server) is None and spec.server is not None:
         spec = replace(spec, server=None)  # the backend's own, named
     w = workload(spec.workload)
@@ -199,6 +209,18 @@ def validate(spec: TestSpec) -> TestSpec:
         from lockcheck.clients import resolve_client
 
         resolve_client(spec.client, b.name)
+    return spec
+
+
+def resolve_ttl(spec: TestSpec, backend: str, min_ttl_ms: int | None) -> TestSpec:
+    """The TTL a run uses: the one given, unless it is below what the backend's service
+    grants (refused with one line), or the backend's default when none was given."""
+    if isinstance(spec.ttl_ms, TTLNotGiven):
+        return replace(spec, ttl_ms=max(DEFAULT_TTL_MS, min_ttl_ms or 0))
+    if min_ttl_ms is not None and spec.ttl_ms < min_ttl_ms:
+        raise BadInput(f"--ttl-ms {spec.ttl_ms} is too short for backend {backend}: its "
+                       f"service grants no lease under {min_ttl_ms} ms (leave --ttl-ms "
+                       f"out to run at {min_ttl_ms})")
     return spec
 
 

@@ -184,6 +184,7 @@ class DockerCluster:
     kind: str = "test"
     subnet: str | None = None
     image: str = images.IMAGE
+    server_root: str | None = None  # mounted read-only at the same path in every node
     run_id: str = field(default_factory=new_run_id)
     nodes: list[RemoteNode] = field(default_factory=list)
     clients: list[LocalNode] = field(default_factory=list)
@@ -260,12 +261,16 @@ class DockerCluster:
         self.state.nodes.update(address)
         self._save()
 
+        # servers lockcheck installed itself: the same files at the same path, read-only
+        binds = ({self.server_root: {"bind": self.server_root, "mode": "ro"}}
+                 if self.server_root else None)
+
         def start(name: str) -> None:
             cname = f"lc-{self.run_id}-{name}"
             api.create_container(
                 self.image, name=cname, hostname=name, labels={LABEL: self.run_id},
                 host_config=api.create_host_config(network_mode=self.network,
-                                                   cap_add=["NET_ADMIN"]),
+                                                   cap_add=["NET_ADMIN"], binds=binds),
                 networking_config=api.create_networking_config(
                     {self.network: api.create_endpoint_config(
                         ipv4_address=address[name])}))
@@ -343,7 +348,8 @@ def require_image(client: Any, image: str) -> None:
 
 def _make(req: ClusterRequest) -> DockerCluster:
     return DockerCluster(req.nodes, req.clients, req.registry, kind=req.kind,
-                         subnet=req.subnet, image=str(req.options.get("image", images.IMAGE)))
+                         subnet=req.subnet, image=str(req.options.get("image", images.IMAGE)),
+                         server_root=req.server_root)
 
 
 def _runs(registry: Registry) -> list[RunState]:

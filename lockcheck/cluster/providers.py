@@ -38,6 +38,9 @@ class ClusterRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Debian packages the servers need, for providers that install them on the nodes
     packages: tuple[str, ...] = ()
+    # the folder of servers lockcheck installed itself (`lockcheck.servers.ROOT`), when the
+    # backend runs one: nodes must see it at the same path (the docker provider mounts it)
+    server_root: str | None = None
     say: Callable[[str], None] = lambda line: None  # a line for the user (a new host key)
 
 
@@ -83,6 +86,10 @@ class Provider:
     # where `cluster up` says a node runs ("{run_id}" and "{node}" filled in); "": the
     # provider's name
     place: str = ""
+    # its nodes can run the servers lockcheck installed under `lockcheck.servers.ROOT`
+    # on this machine (they share its files, or it mounts the folder); False: a backend
+    # with such a server is refused before anything starts
+    reaches_server_root: bool = True
     # the PIDs it registers are this machine's: `cluster status` can tell them up or down
     pids_here: bool = False
     # `lockcheck doctor`: what this provider needs on this machine, given its options;

@@ -487,6 +487,24 @@ def clean_host(shell: SSHShell, entry: Mapping[str, Any], run_dir: str, chain: s
     shell.run(["rm", "-rf", "--one-file-system", f"{run_dir}/{entry['name']}"], timeout=60.0)
 
 
+CLEANUP_LOGINS = (10.0, 15.0, 20.0)  # a try's timeout; a busy host gets a longer one
+
+
+def login_for_cleanup(host: Host, keys: HostKeys, run_dir: str) -> SSHShell:
+    """A login to undo a run, tried again (with a longer wait) while the host cannot
+    be reached: just after a run was killed its host can be slow to answer, and a
+    cleanup given up leaves servers and rules on it until the next `cluster down`."""
+    for i, timeout in enumerate(CLEANUP_LOGINS):
+        try:
+            return login(host, keys, timeout, f"{run_dir}/.sh", run_dir)
+        except BadInput as e:
+            if not str(e).startswith("cannot reach") or i == len(CLEANUP_LOGINS) - 1:
+                raise
+            log.info("%s: %s; trying again", host.name, e)
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def remove_run(state: RunState, registry: Registry,
                shells: Mapping[str, SSHShell] | None = None) -> None:
     """Clean every host of one ssh run, then the controller's side (client processes
@@ -506,7 +524,7 @@ def remove_run(state: RunState, registry: Registry,
         try:
             if shell is None:
                 host = Host(**{k: entry[k] for k in HOST_KEYS})
-                shell = login(host, keys, 10.0, f"{run_dir}/.sh", run_dir)
+                shell = login_for_cleanup(host, keys, run_dir)
             try:
                 clean_host(shell, entry, run_dir, chain)
             finally:
@@ -562,8 +580,7 @@ def reap(registry: Registry) -> list[str]:
             remove_run(st, registry)
             cleaned.append(st.run_id)
         except RuntimeError as e:  # a host out of reach: kept for the next try
-            log.warning("dead run %s not cleaned: %s (lockcheck cluster down --forget "
-                        "%s drops it)", st.run_id, e, st.run_id)
+            log.warning("dead run %s not cleaned: %s", st.run_id, e)
     return cleaned
 
 
@@ -683,6 +700,7 @@ PROVIDER = Provider(
                 "DB nodes); clients on this machine",
     make=_make, reap=reap, remove_kept=remove_kept, prerequisites=prerequisites,
     max_nodes=100, max_clients=150, check=check, doctor=doctor,
+    reaches_server_root=False,
     options=(
         ProviderOption(flag="--nodes-file", path=True,
                        help="the hosts and how to log in to them (YAML or JSON)."),

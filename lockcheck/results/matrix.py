@@ -32,6 +32,15 @@ from lockcheck.interrupts import interruptible, sigterm_as_interrupt
 from lockcheck.results import store
 from lockcheck.results.display import MatrixDisplay
 
+# the published comparison's matrix, written once: scripts/comparison and the nightly
+# workflow run it (tests/reports/test_nightly.py checks them against these), and
+# test-all runs these faults and workloads when given none
+PUBLISHED_BACKENDS = ("redis", "redlock", "zookeeper", "etcd", "postgres", "redis-sentinel",
+                      "consul")
+PUBLISHED_FENCED_VARIANT = "redlock-fenced"  # run in the fenced workload only
+DEFAULT_NEMESES = ("none", "partition", "kill", "pause", "client-pause")
+DEFAULT_WORKLOADS = ("mutex", "fenced")
+
 MATRIX = "matrix.json"
 MATRIX_DIR = "test-all"
 STATUS_FOR_CODE = {exitcodes.VALID: "safe", exitcodes.INVALID: "unsafe",

@@ -240,8 +240,8 @@ def test_end_to_end_paused_holder_saved_by_the_fence() -> None:
 def test_each_workload_names_its_rule_and_default_checkers() -> None:
     """The verdict comes from the rule the workload entry names, and a history without
     checkers in its test.json runs the workload's own list."""
-    from lockcheck.backends import load
     from lockcheck.checker.registry import DEFAULT_CHECKERS
+    from lockcheck.registry import load
     from lockcheck.workloads.registry import WORKLOADS
 
     lost = {"mutual-exclusion": me(violations=1), "fencing": fe(saves=1),

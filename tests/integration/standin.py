@@ -218,6 +218,18 @@ class StandIns:
             out.append(f"folder /var/tmp/lockcheck-{run_id}")
         return out
 
+    def diagnosis(self) -> str:
+        """What each host's sshd said last and which TCP connections it has: for a
+        failure to say why a host could not be reached."""
+        out = []
+        for h in self.hosts:
+            log = self.dir / f"sshd_{h.name}.log"
+            tail = log.read_text(errors="replace").splitlines()[-8:] if log.exists() else []
+            socks = ip("netns", "exec", h.netns, "ss", "-tanp", check=False).stdout
+            out.append(f"== {h.name} ({h.address}) sshd alive: {h.reaper.poll() is None}\n"
+                       + "\n".join(tail) + "\n-- sockets --\n" + socks[-1500:])
+        return "\n".join(out)
+
     # -- the end ----------------------------------------------------------------------------
 
     def stop(self) -> None:

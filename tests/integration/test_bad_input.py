@@ -93,6 +93,24 @@ def test_bad_test_options(cli: Any, results: Path, args: list[str], message: str
     assert r.stdout == ""
 
 
+def test_a_server_the_ssh_provider_cannot_bring_is_refused(cli: Any, results: Path,
+                                                            tmp_path: Path) -> None:
+    """A server lockcheck installed under its own folder exists on this machine only:
+    the ssh provider refuses it before it logs in anywhere (the host does not exist)."""
+    from lockcheck.backends import BACKENDS
+    from lockcheck.servers import Debian
+
+    own = next(b for b in BACKENDS.values()
+               if any(not isinstance(s, Debian) for s in b.sources().values()))
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("hosts:\n  - {name: n1, address: 192.0.2.1}\n")
+    r = cli("test", "--provider", "ssh", "--nodes-file", nodes, "--backend", own.name,
+            "--nodes", "1", "--time-limit", "2", "--results-dir", results, timeout=60)
+    assert r.code == BAD_INPUT, r.explain()
+    line = one_error_line(r)
+    assert f"backend {own.name} runs " in line and "--provider ssh cannot bring it" in line
+
+
 @needs_root
 @pytest.mark.needs_root_netns
 @pytest.mark.parametrize("args", [["--subnet", "10.0.0.0/16"], ["--nodes", "100"],

@@ -119,6 +119,23 @@ def test_postgres_in_containers_crashes_restarts_and_takes_clock_faults(
     cli.assert_no_leftovers(None)
 
 
+def test_a_server_lockcheck_installed_itself_runs_in_containers(
+        cli: Any, daemon: Dockerd) -> None:
+    """Consul, extracted by lockcheck under its own folder rather than installed from
+    the image's packages, runs in the containers from that folder mounted read-only,
+    and is killed and restarted there."""
+    r = cli("test", "--provider", "docker", "--backend", "consul", "--nemesis", "kill",
+            "--time-limit", "8", "--nemesis-interval", "2", "--quiet", "2",
+            env={"DOCKER_HOST": daemon.host}, timeout=300)
+    assert r.code == 0, r.explain()
+    res = r.results()
+    assert res["checkers"]["mutual-exclusion"]["sections"] > 3, res["checkers"]
+    ops = read_history(r.run_dir / "history.jsonl")
+    assert any(o.process == "nemesis" and o.f == "kill" and o.type == "info" for o in ops)
+    for rid in r.traces:
+        assert docker_leftovers(rid) == []
+
+
 def test_the_local_provider_works_while_dockerd_runs(cli: Any, daemon: Dockerd) -> None:
     r = cli("test", "--backend", "redis", "--nodes", "3", "--nemesis", "partition",
             "--time-limit", "8", "--nemesis-interval", "1", "--quiet", "2", timeout=180)

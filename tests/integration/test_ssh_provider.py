@@ -255,9 +255,8 @@ def test_a_killed_run_is_cleaned_by_cluster_down(cli: Any, hosts: StandIns) -> N
     p.signal(signal.SIGKILL)
     p.wait(timeout=30)
     assert any(hosts.processes(h) for h in hosts.hosts), "the run left nothing to clean?"
-    r = cli("cluster", "down", timeout=120)
-    assert r.code == 0, r.explain()
-    assert trace.run_id in r.stdout, r.stdout
+    r = cli("cluster", "down", trace.run_id, timeout=120)
+    assert r.code == 0 and trace.run_id in r.stdout, r.explain() + "\n" + hosts.diagnosis()
     assert hosts.leftovers(trace.run_id) == [], hosts.leftovers(trace.run_id)
     cli.assert_no_leftovers(trace.run_id)
     assert not (DEFAULT_STATE_DIR / f"{trace.run_id}.remote").exists()

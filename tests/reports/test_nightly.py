@@ -12,11 +12,13 @@ import click
 import yaml
 
 from lockcheck.cli import main
+from lockcheck.results.compare import BACKEND_ORDER
+from lockcheck.results.matrix import DEFAULT_NEMESES, PUBLISHED_BACKENDS, PUBLISHED_FENCED_VARIANT
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
-DEFAULT_BACKENDS = {"redis", "redlock", "zookeeper", "etcd", "postgres", "redis-sentinel"}
-MAIN_NEMESES = {"none", "partition", "kill", "pause", "client-pause"}
+DEFAULT_BACKENDS = set(PUBLISHED_BACKENDS)
+MAIN_NEMESES = set(DEFAULT_NEMESES)
 
 
 def workflow() -> dict[Any, Any]:
@@ -122,7 +124,7 @@ def test_matrix_covers_the_default_backends_and_main_nemeses() -> None:
     assert names(main_runs[0], "nemeses") == MAIN_NEMESES
     assert {"mutex", "fenced"} <= names(main_runs[0], "workloads")
     # and Redlock's fenced variant in the fenced workload
-    assert any(names(p, "backends") == {"redlock-fenced"} and names(p, "workloads") ==
+    assert any(names(p, "backends") == {PUBLISHED_FENCED_VARIANT} and names(p, "workloads") ==
                {"fenced"} and names(p, "nemeses") == MAIN_NEMESES for p in runs)
     for p in runs:  # each job runs its own slice; every run in the job's own folder
         assert p["shard"] == "1/1" and p["no_report"]
@@ -151,3 +153,17 @@ def test_what_is_published_is_what_compare_wrote_and_verified() -> None:
     paths = [s["with"]["path"] for s in workflow()["jobs"]["merge"]["steps"]
              if re.match(r"actions/upload-", s.get("uses", ""))]
     assert paths and all(p == out for p in paths)
+
+
+def test_the_comparison_script_runs_the_published_matrix() -> None:
+    """scripts/comparison's defaults are the published matrix, and the comparison's
+    table has a place for each of its backends."""
+    text = (ROOT / "scripts" / "comparison").read_text()
+    backends = re.search(r'^\s*backends="([^"]*)"', text, re.M)
+    nemeses = re.search(r'^\s*nemeses="([^"]*)"', text, re.M)
+    variant = re.search(r"^\s*fenced_variant=(\S+)", text, re.M)
+    assert backends and nemeses and variant, "scripts/comparison: defaults not found"
+    assert backends[1].split() == list(PUBLISHED_BACKENDS)
+    assert nemeses[1].split() == list(DEFAULT_NEMESES)
+    assert variant[1] == PUBLISHED_FENCED_VARIANT
+    assert set(PUBLISHED_BACKENDS) | {PUBLISHED_FENCED_VARIANT} <= set(BACKEND_ORDER)

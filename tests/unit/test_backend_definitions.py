@@ -16,14 +16,22 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-from lockcheck.backends import BACKENDS, Backend, load
+from lockcheck import servers
+from lockcheck.backend import Backend
+from lockcheck.backends import BACKENDS
 from lockcheck.cluster.ssh import BASE_PACKAGES
 from lockcheck.preflight import INSTALL, TOOLS, debian_packages
+from lockcheck.registry import load
+from lockcheck.servers import Debian
 
 ROOT = Path(__file__).resolve().parents[2]
 # what the image and the installer bring besides servers: the tools lockcheck drives,
-# those a node needs (ps, setpriv, libfaketime), tini (the image's PID 1), faketime(1)
-NODE_TOOLS = {*TOOLS.values(), *BASE_PACKAGES, "tini", "faketime"}
+# those a node needs (ps, setpriv, libfaketime), tini (the image's PID 1), faketime(1),
+# the C++ runtime of the Node that runs the servers mounted from lockcheck's own folder
+NODE_TOOLS = {*TOOLS.values(), *BASE_PACKAGES, "tini", "faketime", "libstdc++6"}
+# what only the installer brings: gpgv and the keyring check an older Debian release's
+# signature before `lockcheck servers install` unpacks a package of it
+INSTALLER_TOOLS = {"gpgv", "debian-archive-keyring"}
 
 
 def normalized(name: str) -> str:
@@ -114,7 +122,17 @@ def family_problems(family: str, backends: list[Backend], root: Path = ROOT) -> 
         elif not set(b.library_extras) <= wanted:
             problems.append(f"{b.name}: pyproject.toml asks {b.library} without the extras "
                             f"{sorted(set(b.library_extras) - wanted)}")
-        for program, package in b.servers.items():
+        for program, source in b.sources().items():
+            if not isinstance(source, Debian):
+                # fetched by `lockcheck servers install` (scripts/install runs it) to
+                # ROOT/bin, the folder the docker provider mounts and the ssh one copies
+                if not program.startswith(f"{servers.ROOT}/bin/"):
+                    problems.append(f"{b.name}: {program} comes from {source.describe()} "
+                                    f"but is not under {servers.ROOT}/bin")
+                if INSTALL.get(program) != "lockcheck servers install":
+                    problems.append(f"{b.name}: no install line for {program}")
+                continue
+            package = source.package
             if package not in image:
                 problems.append(f"{b.name}: {package} (for {program}) is not installed in "
                                 "the node image (lockcheck/cluster/image/Dockerfile)")
@@ -148,7 +166,7 @@ def family_problems(family: str, backends: list[Backend], root: Path = ROOT) -> 
 def unclaimed_packages(backends: Iterable[Backend], root: Path = ROOT) -> list[str]:
     """Packages the image or the installer bring that no backend's `servers` names (a
     backend whose definition lost them)."""
-    claimed = {p for b in backends for p in b.packages} | NODE_TOOLS | {
+    claimed = {p for b in backends for p in b.packages} | NODE_TOOLS | INSTALLER_TOOLS | {
         p for b in backends for programs in b.alternatives.values()
         for p in programs.values()}
     return [f"{where}: {p} is installed for no backend (none names it in its servers)"

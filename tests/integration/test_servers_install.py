@@ -1,0 +1,44 @@
+"""Every server that is no package of this distribution installs from the cache with
+no network at all (scripts/install filled the cache), and each launcher runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockcheck.backends import BACKENDS
+from lockcheck.servers import CACHE, Debian
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root_netns]
+
+SCRIPT = """
+import sys
+from pathlib import Path
+from lockcheck.backends import BACKENDS
+from lockcheck.servers import install
+root = Path(sys.argv[1])
+sources = [s for b in BACKENDS.values() for s in b.sources().values()]
+install(sources, root=root, say=lambda line: None)
+"""
+
+
+def test_servers_install_offline_from_the_cache(tmp_path: Path) -> None:
+    wanted = {p.rsplit("/", 1)[-1]: s for b in BACKENDS.values()
+              for p, s in b.sources().items() if not isinstance(s, Debian)}
+    assert wanted, "no backend has a server from outside the distribution"
+    if not CACHE.is_dir():
+        pytest.skip(f"{CACHE} is empty: run scripts/install first")
+    # a network namespace of its own: nothing but loopback, so only the cache can serve
+    r = subprocess.run(["unshare", "-n", sys.executable, "-c", SCRIPT, str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in wanted:
+        launcher = tmp_path / "bin" / name
+        assert launcher.exists(), sorted(p.name for p in (tmp_path / "bin").iterdir())
+        arg = "version" if name == "consul" else "--help"
+        run = subprocess.run([str(launcher), arg], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0 and run.stdout.strip(), (name, run.stderr[-500:])
