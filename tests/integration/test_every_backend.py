@@ -23,10 +23,10 @@ FAULTS = ("partition", "kill", "pause", "client-pause")
 # The runs go in waves (each run has its own run id and subnet), which keeps this module
 # to about two minutes instead of four; a wave's runs share the two cores, so the
 # heavier servers (ZooKeeper, etcd, Sentinel's failovers) go with lighter ones.
-CLEAN_WAVES = (("etcd", "memory", "postgres", "redis"),
-               ("redis-sentinel", "redlock", "zookeeper"))
-FAULT_WAVES = (("zookeeper", "memory", "redis"), ("etcd", "redlock"),
-               ("postgres", "redis-sentinel"))
+CLEAN_WAVES = (("etcd", "memory", "postgres", "redis", "dynamodb"),
+               ("redis-sentinel", "redlock", "zookeeper", "consul"))
+FAULT_WAVES = (("zookeeper", "memory", "redis"), ("etcd", "redlock", "dynamodb"),
+               ("postgres", "redis-sentinel", "consul"))
 
 # ZooKeeper 3.8.0 can wedge for good when its leader is cut off or paused for about its
 # syncLimit (2 s) and the followers rejoin it (docs/findings.md Z6: 1 run in 44 at

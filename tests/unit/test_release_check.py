@@ -119,9 +119,10 @@ def test_the_security_archive_defaults_beside_the_main_one() -> None:
     assert rc.security_default("http://mirror.example/pub") == "http://mirror.example/pub"
 
 
-def test_the_proxy_lets_through_the_mirrors_and_pypi_only() -> None:
+def test_the_proxy_lets_through_the_mirrors_pypi_and_npm_only() -> None:
     assert rc.proxy_hosts(["http://deb.debian.org/debian", "http://sec.example:8080/x"]) == {
-        "deb.debian.org", "sec.example", "pypi.org", "files.pythonhosted.org"}
+        "deb.debian.org", "sec.example", "pypi.org", "files.pythonhosted.org",
+        "registry.npmjs.org"}
 
 
 def test_under_the_root_means_the_root_or_below_it() -> None:
