@@ -739,7 +739,7 @@ def servers_install(backends: tuple[str, ...]) -> int:
 @servers.command("list")
 def servers_list() -> int:
     """Each backend's server programs, where each comes from, and whether it is here."""
-    from lockcheck.backends import BACKENDS
+    from lockcheck.backends import BACKENDS, PACKAGED_IN
     from lockcheck.preflight import find_program
     from lockcheck.servers import install_hint
 
@@ -749,8 +749,10 @@ def servers_list() -> int:
             seen.update(b.sources(choice))
     for prog, source in seen.items():
         here = find_program(prog) is not None
+        hint = (f"packaged in {PACKAGED_IN[prog]}" if prog in PACKAGED_IN
+                else install_hint(source))
         click.echo(f"{'ok ' if here else 'MISSING':8} {prog.rsplit('/', 1)[-1]:16} "
-                   f"{source.describe()}" + ("" if here else f"  -> {install_hint(source)}"))
+                   f"{source.describe()}" + ("" if here else f"  -> {hint}"))
     return 0
 
 

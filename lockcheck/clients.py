@@ -115,6 +115,36 @@ CLIENTS: dict[str, ClientAdapter] = {a.name: a for a in [
                "fails",
     ),
     _adapter(
+        name="python-dynamodb-lock", library="python-dynamodb-lock",
+        client="lockcheck.locks.python_dynamodb_lock:make_clients", backends=("dynamodb",),
+        description="python-dynamodb-lock's DynamoDBLockClient (a port of awslabs' "
+                    "Java client): a waiting acquire_lock takes over a record version "
+                    "seen unchanged for the lease; heartbeat thread every TTL/3; loss "
+                    "told through the app callback (LOCK_STOLEN, LOCK_IN_DANGER)",
+        fence=None,
+        expect="safe without faults; a holder paused past its lease (client-pause) "
+               "overlaps the next one until the callback tells it, and nothing fences it",
+    ),
+    _adapter(
+        name="python-dynamodb-lock-no-callback", library="python-dynamodb-lock",
+        client="lockcheck.locks.python_dynamodb_lock:make_clients", backends=("dynamodb",),
+        description="python-dynamodb-lock with app_callback=None, its default: "
+                    "LOCK_STOLEN and LOCK_IN_DANGER reach nobody",
+        fence=None, options={"callback": False}, unsafe=True,
+        expect="safe without faults; a holder paused past its lease (client-pause) is "
+               "never told it lost the lock and works on beside the next holder",
+    ),
+    _adapter(
+        name="python-dynamodb-lock-try", library="python-dynamodb-lock",
+        client="lockcheck.locks.python_dynamodb_lock:make_clients", backends=("dynamodb",),
+        description="python-dynamodb-lock with a 1 ms retry_timeout (a try that does not "
+                    "wait): no try sees a record version stand for a lease",
+        fence=None, options={"retry_timeout_ms": 1},
+        expect="safe under client-pause (no try ever takes a lock over); a holder that "
+               "stops heartbeating without releasing keeps its lock from everyone until "
+               "it comes back",
+    ),
+    _adapter(
         name="tooz", library="tooz",
         client="lockcheck.locks.tooz_lock:make_clients",
         backends=("redis", "zookeeper", "etcd", "postgres"),
@@ -126,6 +156,37 @@ CLIENTS: dict[str, ClientAdapter] = {a.name: a for a in [
                "after the lease expired still succeeds (tooz ignores refresh()'s -1); "
                "against stopped servers the redis and zookeeper drivers hang past the "
                "request timeout (client-check)",
+    ),
+    _adapter(
+        name="consullock", library="consullock",
+        client="lockcheck.locks.consullock_lock:make_clients", backends=("consul",),
+        description="consullock's ConsulLockManager (wtsi-hgi): a session per acquire "
+                    "(TTL = --ttl-ms, lock-delay 0, behavior delete), no renewal; "
+                    "release(key) destroys the session that holds the key now",
+        fence=None, unsafe=True,
+        expect="safe without faults; a holder paused past its session (client-pause over "
+               "2x TTL) wakes, releases by key and ends the next holder's session: a third "
+               "client takes the lock while the second still works, and each release "
+               "after that does the same (client-check: a non-owner's release frees it)",
+    ),
+    _adapter(
+        name="consul-lock", library="consul-lock",
+        client="lockcheck.locks.consul_lock_lib:make_clients", backends=("consul",),
+        description="consul-lock's EphemeralLock (oysterbooks): a session per lock "
+                    "(TTL = --ttl-ms, lock-delay 0, behavior delete), no renewal; "
+                    "release() destroys its own session",
+        fence=None,
+        expect="safe without faults and under kill; a release after the session "
+               "expired is reported as a success (client-check reports it)",
+    ),
+    _adapter(
+        name="consulock", library="consulock",
+        client="lockcheck.locks.consulock_lock:make_clients", backends=("consul",),
+        description="consulock's ConsulLock (haarcuba): a session with a one-day TTL "
+                    "(lock-delay 15 s, behavior release), no renewal, no loss detection",
+        fence=None, unsafe=True,
+        expect="safe without faults; a holder cut off from the servers (partition-holder) "
+               "leaves its lock held for the session's day: the recovery phase fails",
     ),
 ]}
 

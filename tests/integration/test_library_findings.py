@@ -12,6 +12,10 @@
   the checkers stay valid;
 * L5 PALs under `failover`: a holder whose session was terminated goes on working
   beside the next holder (INVALID).
+* L7-L9, the Consul lock libraries, by `lockcheck client-check` (about 25-35 s each, one
+  run, no timing to wait for): consullock's release by a holder whose session expired
+  frees the current holder's lock; consul-lock's reports success and frees nothing;
+  consulock's lock is still held 3x TTL after its holder went silent (a one-day session).
 
 Each finding's command, as the findings give it, runs with its seed, one run at a
 time; a run that does not show its finding is made again, up to three runs in all,
@@ -246,3 +250,64 @@ def test_l5_pals_terminated_session_holder_overlaps_the_next(
     ops = ops_of(r)
     lonely = [v for v in me["violations"] if not terminated_holder(v, ops)]
     assert not lonely, lonely[:3]
+
+
+# -- the Consul lock libraries (L7-L9), on the consul backend's servers -------------------
+
+def needs_consul() -> None:
+    from lockcheck.db.consul import consul_binary
+    from lockcheck.errors import BadInput
+
+    try:
+        consul_binary()
+    except BadInput as e:
+        pytest.skip(str(e))
+
+
+def client_check_lines(r: Any) -> list[str]:
+    return [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  ")]
+
+
+def test_l7_consullock_release_by_a_stale_holder_frees_the_next_holders_lock(
+        module_cli: Any) -> None:
+    needs_consul()
+    r = module_cli("client-check", "consullock", "--backend", "consul", timeout=180)
+    lines = client_check_lines(r)
+    bad = [ln for ln in lines if ln.startswith("FAIL")]
+    assert r.code == 1 and len(bad) == 1, r.explain()
+    assert bad[0].startswith("FAIL  release by a non-owner (the expired holder): it FREED "
+                             "the current holder's lock"), r.explain()
+    # the rest of the contract holds: it is the release that is wrong
+    assert any(ln.startswith("ok    the lease expires") for ln in lines), r.explain()
+    assert any(ln.startswith("ok    a second client's acquire") for ln in lines), r.explain()
+
+
+def test_l8_consul_lock_reports_a_stale_release_as_a_success_and_frees_nothing(
+        module_cli: Any) -> None:
+    needs_consul()
+    r = module_cli("client-check", "consul-lock", "--backend", "consul", timeout=180)
+    lines = client_check_lines(r)
+    bad = [ln for ln in lines if ln.startswith("FAIL")]
+    assert r.code == 1 and len(bad) == 1, r.explain()
+    # the holder keeps its lock (its session is the one destroyed), but the caller
+    # cannot learn that its own lock was gone
+    assert bad[0].startswith("FAIL  release by a non-owner (the expired holder): reported "
+                             "success; the lock stayed with its holder"), r.explain()
+    assert any(ln.startswith("ok    the lease expires") for ln in lines), r.explain()
+
+
+def test_l9_consulock_a_silent_holder_keeps_its_lock_past_any_session_ttl(
+        module_cli: Any) -> None:
+    """The fast form of L9: a holder that stops (no release) still holds the lock 3x the
+    run's TTL later, which no 10 s session allows (the holder's session lives a day).
+    The partition-holder run of findings.md is not here: telling it apart from a 10 s
+    session needs a recovery phase past 2x TTL + lock-delay, over 50 s a run."""
+    needs_consul()
+    r = module_cli("client-check", "consulock", "--backend", "consul", timeout=180)
+    lines = client_check_lines(r)
+    assert r.code == 0 and not [ln for ln in lines if ln.startswith("FAIL")], r.explain()
+    assert any(ln.startswith("note  the lease expires when its holder stops renewing: still "
+                             "held 30000 ms after its holder stopped") for ln in lines), \
+        r.explain()
+    assert any(ln.startswith("ok    release: the lock is free again") for ln in lines), \
+        r.explain()

@@ -42,3 +42,16 @@ def test_servers_install_offline_from_the_cache(tmp_path: Path) -> None:
         run = subprocess.run([str(launcher), arg], capture_output=True, text=True,
                              timeout=60)
         assert run.returncode == 0 and run.stdout.strip(), (name, run.stderr[-500:])
+
+
+def test_servers_list_names_each_source_and_what_is_here() -> None:
+    """After scripts/install, every server lockcheck installs itself is listed as here,
+    with where it came from."""
+    own = {p.rsplit("/", 1)[-1]: s for b in BACKENDS.values()
+           for p, s in b.sources().items() if not isinstance(s, Debian)}
+    r = subprocess.run([sys.executable, "-m", "lockcheck.cli", "servers", "list"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[1]: ln for ln in r.stdout.splitlines() if len(ln.split()) > 1}
+    for name, source in own.items():
+        assert lines[name].startswith("ok ") and source.describe() in lines[name], r.stdout

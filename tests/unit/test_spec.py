@@ -116,8 +116,25 @@ def test_parse_range_ms_property(a: int, b: int) -> None:
 
 
 def test_validate_returns_the_spec() -> None:
-    s = Spec(workload="fenced", resource="unfenced", nemesis=())
+    s = Spec(workload="fenced", resource="unfenced", nemesis=(), ttl_ms=1000)
     assert validate(s) is s
+
+
+def test_a_ttl_not_given_is_the_backends_own_default() -> None:
+    """1000 ms, or the shortest lease the backend's service grants; a shorter TTL given
+    on such a backend is refused in one line."""
+    from lockcheck.spec import DEFAULT_TTL_MS, TTLNotGiven
+
+    for name, b in BACKENDS.items():
+        ttl = validate(Spec(backend=name, nemesis=(), nodes=b.default_nodes)).ttl_ms
+        assert ttl == max(DEFAULT_TTL_MS, b.min_ttl_ms or 0), name
+        assert not isinstance(ttl, TTLNotGiven), name
+    floor = next(b for b in BACKENDS.values() if b.min_ttl_ms)
+    assert floor.min_ttl_ms is not None
+    with pytest.raises(BadInput, match=f"--ttl-ms 1000 is too short for backend {floor.name}"):
+        validate(Spec(backend=floor.name, nemesis=(), nodes=floor.default_nodes, ttl_ms=1000))
+    assert validate(Spec(backend=floor.name, nemesis=(), nodes=floor.default_nodes,
+                         ttl_ms=floor.min_ttl_ms)).ttl_ms == floor.min_ttl_ms
 
 
 @pytest.mark.parametrize(("changes", "message"), [
