@@ -9,6 +9,8 @@ A backend names each server program with where it comes from (`Backend.servers`)
 - `deb:bullseye:consul=1.8.7+dfsg1-2+b3`: a Debian package of another release, taken
   from the Debian archive and extracted, never installed (the only build of it the
   registries offer); the release's signature and every checksum are verified.
+- `pypi:name==version`: a package from PyPI with its console scripts, in a virtualenv
+  of its own (made by the system's Python), so its dependencies never meet lockcheck's.
 
 What is not this distribution's package lives under one folder, ROOT, with a launcher
 per program in ROOT/bin: the same path on every node (the docker provider mounts the
@@ -27,6 +29,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,11 +95,32 @@ class OtherRelease:
         return f"{self.package} {self.version} from Debian {self.suite}, extracted"
 
 
-Source = Debian | Npm | OtherRelease
+@dataclass(frozen=True)
+class PyPI:
+    """A package of PyPI, in a virtualenv of its own under ROOT."""
+
+    package: str
+    version: str
+
+    @property
+    def folder(self) -> str:
+        return f"pypi-{self.package}-{self.version}"
+
+    def describe(self) -> str:
+        return f"PyPI {self.package}=={self.version}, in a virtualenv of its own"
+
+
+Source = Debian | Npm | OtherRelease | PyPI
 
 
 def parse(spec: str) -> Source:
-    """A backend's source string: `package`, `npm:name@version`, `deb:suite:name=version`."""
+    """A backend's source string: `package`, `npm:name@version`, `deb:suite:name=version`,
+    `pypi:name==version`."""
+    if spec.startswith("pypi:"):
+        m = re.fullmatch(r"pypi:([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", spec)
+        if m is None:
+            raise ValueError(f"bad PyPI source {spec!r} (pypi:name==version)")
+        return PyPI(m[1], m[2])
     if spec.startswith("npm:"):
         m = re.fullmatch(r"npm:(@?[\w.-]+(?:/[\w.-]+)?)@([\w.+-]+)", spec)
         if m is None:
@@ -254,6 +278,40 @@ def _install_npm(source: Npm, root: Path, cache: Path, say: Callable[[str], None
     (into / MARK).touch()
 
 
+def _install_pypi(source: PyPI, root: Path, cache: Path, say: Callable[[str], None]) -> None:
+    """A virtualenv of the system's Python (the same path on every node, unlike
+    lockcheck's own), the package from the cache of downloaded wheels, which is filled
+    first when it lacks them, and a link in ROOT/bin to each script it brings."""
+    into = root / source.folder
+    say(f"installing {source.describe()}")
+    shutil.rmtree(into, ignore_errors=True)
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    subprocess.run([python, "-m", "venv", str(into)], check=True, capture_output=True,
+                   timeout=300)
+    scripts = set(os.listdir(into / "bin"))
+    pip = [str(into / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    wheels, wanted = cache / "pypi", f"{source.package}=={source.version}"
+    offline = [*pip, "install", "--no-index", "--find-links", str(wheels), wanted]
+    if subprocess.run(offline, capture_output=True, timeout=600).returncode != 0:
+        r = subprocess.run([*pip, "download", "-d", str(wheels), wanted],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            tail = r.stderr.strip().splitlines()[-1:]
+            raise BadInput(f"pip could not download {wanted}: "
+                           f"{tail[0] if tail else 'exit ' + str(r.returncode)}")
+        r = subprocess.run(offline, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            tail = r.stderr.strip().splitlines()[-1:]
+            raise BadInput(f"pip could not install {wanted}: "
+                           f"{tail[0] if tail else 'exit ' + str(r.returncode)}")
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    for name in sorted(set(os.listdir(into / "bin")) - scripts):
+        link = root / "bin" / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(into / "bin" / name)
+    (into / MARK).touch()
+
+
 def _release_field(release: str, name: str) -> str:
     m = re.search(rf"^{name}: (.*)$", release, re.M)
     return m[1].strip() if m else ""
@@ -328,6 +386,8 @@ def install(sources: Iterable[Source], root: Path = ROOT, cache: Path = CACHE,
             continue
         if isinstance(source, Npm):
             _install_npm(source, root, cache, say)
+        elif isinstance(source, PyPI):
+            _install_pypi(source, root, cache, say)
         else:
             _install_other_release(source, root, cache, say)
         done.append(source)

@@ -3,6 +3,7 @@ no network at all (scripts/install filled the cache), and each launcher runs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,43 @@ def test_servers_list_names_each_source_and_what_is_here() -> None:
     lines = {ln.split()[1]: ln for ln in r.stdout.splitlines() if len(ln.split()) > 1}
     for name, source in own.items():
         assert lines[name].startswith("ok ") and source.describe() in lines[name], r.stdout
+
+
+OFFLINE_PYPI = """
+import sys
+from pathlib import Path
+from lockcheck.servers import PyPI, install
+install([PyPI(sys.argv[1], sys.argv[2])], root=Path(sys.argv[3]), cache=Path(sys.argv[4]),
+        say=lambda line: None)
+"""
+
+
+def test_a_pypi_server_gets_a_virtualenv_of_its_own_and_installs_again_offline(
+        tmp_path: Path) -> None:
+    """A PyPI source: its own virtualenv with a link per script in bin/, and once its
+    wheels are cached a second install with no network at all."""
+    import importlib.metadata
+
+    from lockcheck.servers import MARK, PyPI, install
+
+    # pygments: a pure-Python package with a script and no dependencies, one lockcheck
+    # already installs (through rich), so its wheel is on any index lockcheck reached
+    source = PyPI("pygments", importlib.metadata.version("pygments"))
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    assert install([source], root=root, cache=cache, say=lambda line: None) == [source]
+    script = root / "bin" / "pygmentize"
+    run = subprocess.run([str(script), "-V"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and source.version in run.stdout, run.stderr
+    assert (root / source.folder / MARK).exists()
+    assert install([source], root=root, cache=cache, say=lambda line: None) == []
+    again = tmp_path / "again"
+    # no network, and no index or wheel folder of pip's configuration either (an index
+    # on this machine's disk would answer without a network): only the cache can serve
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
+    r = subprocess.run(["unshare", "-n", sys.executable, "-c", OFFLINE_PYPI, source.package,
+                        source.version, str(again), str(cache)],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert subprocess.run([str(again / "bin" / "pygmentize"), "-V"],
+                          capture_output=True, timeout=60).returncode == 0

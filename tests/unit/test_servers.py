@@ -11,7 +11,7 @@ import pytest
 
 from lockcheck import servers
 from lockcheck.errors import BadInput
-from lockcheck.servers import Debian, Npm, OtherRelease, parse
+from lockcheck.servers import Debian, Npm, OtherRelease, PyPI, parse
 
 
 @pytest.mark.parametrize(("spec", "source"), [
@@ -20,12 +20,14 @@ from lockcheck.servers import Debian, Npm, OtherRelease, parse
     ("npm:@azure/thing@1.2.3", Npm("@azure/thing", "1.2.3")),
     ("deb:bullseye:consul=1.8.7+dfsg1-2+b3", OtherRelease("bullseye", "consul",
                                                           "1.8.7+dfsg1-2+b3")),
+    ("pypi:gcp-storage-emulator==2024.8.3", PyPI("gcp-storage-emulator", "2024.8.3")),
 ])
 def test_sources_parse(spec: str, source: servers.Source) -> None:
     assert parse(spec) == source
 
 
 @pytest.mark.parametrize("spec", ["npm:dynalite", "npm:@4.0.0", "deb:consul=1.8.7",
+                                  "pypi:moto", "pypi:moto>=5", "pypi:==1.0",
                                   "deb:bullseye:consul", "Redis Server", "", "a;b"])
 def test_bad_sources_are_refused(spec: str) -> None:
     with pytest.raises(ValueError):
