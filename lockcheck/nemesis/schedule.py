@@ -72,16 +72,21 @@ class NemesisSchedule(threading.Thread):
         return True
 
     def group(self) -> list[Nemesis]:
-        if self.mode == "all":
-            return list(self.nemeses)
-        return [self.rng.choice(self.nemeses)]
+        """The faults to start now: those that can end before the quiet phase (all of
+        them, or one at random); none when no fault fits any more. A fault too long for
+        what is left is passed over, never the end of the schedule: a client pause of
+        2x a 10 s TTL does not fit a 16 s run, and the other faults still must."""
+        now = time.monotonic()
+        fitting = [n for n in self.nemeses if now + n.hold_s <= self.until]
+        if self.mode == "all" or not fitting:
+            return fitting
+        return [self.rng.choice(fitting)]
 
     def run(self) -> None:
         try:
             while self.nemeses and self._sleep(self.interval):
                 due: list[tuple[float, int, Nemesis]] = []
-                # a fault that could not end before the quiet phase is not started
-                fits = [n for n in self.group() if time.monotonic() + n.hold_s <= self.until]
+                fits = self.group()
                 if not fits:
                     break
                 for i, nem in enumerate(fits):

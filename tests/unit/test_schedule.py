@@ -77,6 +77,21 @@ def test_one_mode_runs_one_fault_at_a_time() -> None:
     assert all(v["fault"] in ("a", "b") and v["targets"] for v in infos)
 
 
+def test_a_fault_too_long_for_the_run_is_passed_over_not_the_end() -> None:
+    """One mode: a fault whose hold cannot end before the quiet phase is never started,
+    and the faults that fit go on being picked (it used to end the schedule the first
+    time it was drawn)."""
+    log: list[tuple[str, str, float]] = []
+    long_, short = Scripted("long", 60.0, log), Scripted("short", 0.03, log)
+    s, _ = schedule([long_, short], interval=0.02, run_s=0.6, mode="one")
+    s.start()
+    s.join(timeout=5)
+    s.finish()
+    started = [n for k, n, _ in log if k == "start"]
+    assert "long" not in started
+    assert started.count("short") >= 3, started
+
+
 def test_all_mode_overlaps_every_fault_each_for_its_own_duration() -> None:
     log: list[tuple[str, str, float]] = []
     # the long hold is far longer than the short one, so a loaded machine's delays do not
