@@ -210,7 +210,9 @@ def main() -> None:
 @click.option("--resource", default="fenced", show_default=True,
               help="fenced workload: fenced (rejects stale fences) or unfenced resource; "
                    "lock-set with an etcd backend: etcd-txn keeps the sets in etcd, each "
-                   "write guarded by the writer's own lock key.")
+                   "write guarded by the writer's own lock key; with a consul backend: "
+                   "consul-txn keeps them in Consul, each write a /v1/txn guarded by a "
+                   "check-session on the writer's lock key.")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Run the test this many times; stop at the first invalid run.")

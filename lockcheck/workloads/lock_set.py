@@ -11,7 +11,9 @@ add there.
 With `--resource etcd-txn` (etcd backends) the sets live in etcd and each write is a
 transaction guarded by the writer's own lock key (Jepsen's lock-etcd-set,
 `workloads/etcd_set_store.py`): a holder that lost its lock has its write refused
-(`fail "store: lock key gone"`).
+(`fail "store: lock key gone"`). `--resource consul-txn` (consul backends) is the same
+in Consul: a `/v1/txn` whose `check-session` on the writer's lock key comes before the
+write (`workloads/consul_set_store.py`; refused: `fail "store: failed session check"`).
 
 Like `fenced`, the client writes unless a renewal was refused: it does not consult
 its own lease clock first (a pause can land after any such check), so a paused holder

@@ -39,9 +39,10 @@ WORKLOADS: dict[str, Workload] = {
             resource_client="lockcheck.workloads.set_store:set_client",
             checkers=(*_LOCK_CHECKERS, "lock-set"), verdict=f"{_VERDICTS}:lock_set_verdict",
             on_trial="resource",
-            # etcd-txn: the sets in etcd, each write guarded by the writer's lock key
-            resources=("fenced", "unfenced", "etcd-txn"),
-            resource_families={"etcd-txn": "etcd"},
+            # etcd-txn: the sets in etcd, each write guarded by the writer's lock key;
+            # consul-txn: the sets in Consul, each write guarded by the writer's session
+            resources=("fenced", "unfenced", "etcd-txn", "consul-txn"),
+            resource_families={"etcd-txn": "etcd", "consul-txn": "consul"},
         ),
         Workload(
             name="settlement",

@@ -110,11 +110,17 @@ class SetClient(JsonLineClient):
 
 def start_store(ctx: ResourceContext) -> Any:
     """The in-memory store, or with `--resource etcd-txn` the sets in etcd itself,
-    written only while the writer's lock key exists (`workloads/etcd_set_store.py`)."""
+    written only while the writer's lock key exists (`workloads/etcd_set_store.py`),
+    or with `--resource consul-txn` the sets in Consul, written only while the writer's
+    session holds its lock key (`workloads/consul_set_store.py`)."""
     if ctx.mode == "etcd-txn":
         from lockcheck.workloads import etcd_set_store
 
         return etcd_set_store.start_store(ctx)
+    if ctx.mode == "consul-txn":
+        from lockcheck.workloads import consul_set_store
+
+        return consul_set_store.start_store(ctx)
     return SetStore(ctx.workdir / "lock-set.sock", ctx.run_dir / LOG, ctx.t0_ns, ctx.record)
 
 
@@ -124,4 +130,8 @@ def set_client(config: dict[str, Any], timeout_s: float) -> Any:
         from lockcheck.workloads.etcd_set_store import EtcdSetClient
 
         return EtcdSetClient(config, timeout_s)
+    if config.get("kind") == "consul-txn":
+        from lockcheck.workloads.consul_set_store import ConsulSetClient
+
+        return ConsulSetClient(config, timeout_s)
     return SetClient(config, timeout_s)
