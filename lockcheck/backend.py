@@ -30,6 +30,13 @@ class Backend:
     library: str  # the PyPI distribution of the client library (its version is reported)
     library_extras: tuple[str, ...] = ()  # the extras pyproject.toml asks of it
     fence: str | None  # where fencing tokens come from; None: the backend issues none
+    # a promise about the fence: it counts the grants of each lock name one by one (a
+    # counter +1 in the same atomic write as the grant, from 1 on a fresh cluster, never
+    # skipping, never repeating, under every fault the backend takes), so a fence
+    # number that no ok acquire got was granted to an acquire the client did not report
+    # as ok. Only then does the hidden-grants checker run (`checker/hidden_grants.py`);
+    # set it only where that was read in the client and measured under faults
+    fence_counts_grants: bool = False
     expect: str  # what a run is expected to show, in a sentence
     default_nodes: int = 1
     min_nodes: int = 1

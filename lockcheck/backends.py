@@ -279,6 +279,7 @@ _BUILT_IN: dict[str, Backend] = {
                         "expired by the server's clock, renew/release by owner and fence",
             fence="the lease row's counter, +1 from the row on every grant, kept across "
                   "releases",
+            fence_counts_grants=True,
             expect="safe under partitions, kills, pauses and failover (the lease lives in "
                    "a row, expired by the server's clock); that clock moved forward "
                    "(clock-bump, clock-rate) grants a held lease again; a paused holder "

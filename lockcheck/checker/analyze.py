@@ -15,12 +15,12 @@ from lockcheck.results.store import load_results, load_test, resolve_history
 def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None,
             html_dir: Path | None = None, metrics: bool = True) -> dict[str, Any]:
     """Run the test's checkers over a history and combine them into one verdict."""
-    from lockcheck.checker.registry import CHECKERS, DEFAULT_CHECKERS
+    from lockcheck.checker.registry import CHECKERS, checkers_of
     from lockcheck.checker.verdict import run_verdict
     from lockcheck.results.metrics import safe_metrics
 
     opts = options_for(test, timeout=timeout, html_dir=html_dir)
-    names = list(test.get("checkers") or DEFAULT_CHECKERS.get(opts.workload, []))
+    names = checkers_of(test, opts.workload)
     unknown = [n for n in names if n not in CHECKERS]
     if unknown:
         raise BadInput(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")

@@ -46,7 +46,23 @@ def options_for(test: dict[str, Any], *, timeout: float | None = None,
         clock_drift=float(test.get("clock_drift", 0.01)),
         timeout_s=timeout if timeout is not None else DEFAULT_TIMEOUT_S,
         html_dir=html_dir,
+        extra=backend_facts(test),
     )
+
+
+def backend_facts(test: dict[str, Any]) -> dict[str, Any]:
+    """What checkers may know of the run's backend: its name and whether its fence
+    counts grants one by one (`Backend.fence_counts_grants`). A run with the user's own
+    client (`--client`) keeps none of the backend's promises about its client."""
+    name = test.get("backend")
+    if not isinstance(name, str):
+        return {}
+    from lockcheck.backends import BACKENDS
+
+    b = BACKENDS.get(name)
+    counts = b is not None and b.fence_counts_grants and not test.get("client")
+    return {"backend": name, "fence_counts_grants": counts,
+            "own_client": bool(test.get("client"))}
 
 
 def check_safe(name: str, checker: Checker, ops: list[Op], opts: CheckOptions) -> dict[str, Any]:

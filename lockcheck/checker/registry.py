@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lockcheck.checker.api import Checker
 from lockcheck.checker.fencing import check_fencing
+from lockcheck.checker.hidden_grants import check_hidden_grants
 from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.lock_set import check_lock_set
@@ -18,8 +21,23 @@ CHECKERS: dict[str, Checker] = {
     "linearizable": check_linearizable,
     "lock-set": check_lock_set,
     "settlement": check_settlement,
+    "hidden-grants": check_hidden_grants,
 }
 
 # for histories whose test.json names no checkers (runs written before it did): the
 # workload's own list
 DEFAULT_CHECKERS: dict[str, list[str]] = {name: list(w.checkers) for name, w in WORKLOADS.items()}
+
+# checkers every run whose lock is checked (its checkers include linearizable) gets
+# beside its workload's own; each abstains where it does not apply (hidden-grants: a
+# backend whose fence does not count grants one by one)
+WITH_LOCK_CHECKERS: tuple[str, ...] = ("hidden-grants",)
+
+
+def checkers_of(test: dict[str, Any], workload: str) -> list[str]:
+    """The checkers a run is checked with: its test.json's list (or its workload's),
+    and those every lock check gets."""
+    names = list(test.get("checkers") or DEFAULT_CHECKERS.get(workload, []))
+    if "linearizable" in names:
+        names += [n for n in WITH_LOCK_CHECKERS if n not in names]
+    return names

@@ -5,15 +5,15 @@ Each workload names its rule (`Workload.verdict`, workloads/registry.py); the ru
 - `lock_verdict` (the lock is on trial, `mutex`): every checker decides (Jepsen's
   merge-valid: False beats "unknown" beats True).
 - `fenced_verdict` (the lock and the protected resource are both on trial, `fenced`):
-  a lock checker (mutual exclusion, lease safety, linearizable) that failed makes the
-  run invalid, and the text says whether the lock alone failed (the resource held: no
-  stale write accepted) or the lock and the resource. The resource alone decides when
-  the lock checkers passed or could not decide: corrupted is invalid, protected is
-  valid, no fencing result or no write at it is "unknown". A backend that issues no
-  fence is said so ("no fence: the resource cannot refuse") and the lock checkers
-  decide. A *save* is a write refused from a holder that had lost the lock; a write
-  of a current holder refused because the fences went backwards is a *fence
-  regression*, counted apart (it is lost work, not a rescue).
+  a lock checker (mutual exclusion, lease safety, linearizable, hidden grants) that
+  failed makes the run invalid, and the text says whether the lock alone failed (the
+  resource held: no stale write accepted) or the lock and the resource. The resource
+  alone decides when the lock checkers passed or could not decide: corrupted is
+  invalid, protected is valid, no fencing result or no write at it is "unknown". A
+  backend that issues no fence is said so ("no fence: the resource cannot refuse") and
+  the lock checkers decide. A *save* is a write refused from a holder that had lost
+  the lock; a write of a current holder refused because the fences went backwards is
+  a *fence regression*, counted apart (it is lost work, not a rescue).
 - `lock_set_verdict`, `settlement_verdict` (the resource is on trial): its checker
   decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
   the final set is a lost update); overlapping critical sections are reported as the
@@ -42,8 +42,9 @@ MUTEX = "mutual-exclusion"
 FENCING = "fencing"
 LEASE = "lease-safety"
 LINEARIZABLE = "linearizable"
+HIDDEN_GRANTS = "hidden-grants"
 # the checkers of the lock itself: any of them failing is a failure of the lock
-LOCK_CHECKERS = (MUTEX, LEASE, LINEARIZABLE)
+LOCK_CHECKERS = (MUTEX, LEASE, LINEARIZABLE, HIDDEN_GRANTS)
 LOCK_SET = "lock-set"
 
 

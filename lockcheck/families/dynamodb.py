@@ -26,7 +26,7 @@ def _dynamodb(**kw: Any) -> Backend:
 
 BACKENDS: tuple[Backend, ...] = (
     _dynamodb(
-        name="dynamodb",
+        name="dynamodb", fence_counts_grants=True,
         description="DynamoDB (dynalite 4.0 stand-in): awslabs' lock-client algorithm on "
                     "boto3 conditional writes: a grant when the item has no owner, or a "
                     "takeover of a record version seen unchanged for a whole TTL on the "
@@ -55,5 +55,14 @@ BACKENDS: tuple[Backend, ...] = (
                "the same fence granted again and again, and the fenced resource refuses "
                "current holders' writes",
         options={"release": "delete"},
+    ),
+    _dynamodb(
+        name="dynamodb-retries", unsafe=True, fence_counts_grants=True,
+        description="dynamodb with botocore's default retries (standard mode, 3 "
+                    "attempts) instead of one attempt",
+        expect="a grant whose reply was lost (loss) is retried and refused by "
+               "its own first attempt: the client is told busy for a grant the service "
+               "made; the hidden-grants checker finds the fence it used up",
+        options={"retries": "standard"},
     ),
 )

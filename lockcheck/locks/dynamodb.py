@@ -37,6 +37,10 @@ Variants (`options`):
   behind writes an expiry already in everyone else's past.
 * `release: "delete"` (`dynamodb-release-delete`): release deletes the item, so the
   next grant's fence starts again at 1.
+* `retries: "standard"` (`dynamodb-retries`): botocore's default retries (standard
+  mode, 3 attempts). A grant whose reply was lost is sent again and refused by its own
+  first attempt: the client reports busy (a definite failure) for a grant the service
+  applied, and the lock is held by nobody's lease until a waiter takes it over.
 """
 
 from __future__ import annotations
@@ -205,15 +209,18 @@ class Observations:
 # -- the client --------------------------------------------------------------------------
 
 
-def dynamodb_client(endpoint: str, timeout_s: float) -> Any:
+def dynamodb_client(endpoint: str, timeout_s: float, retries: str = "off") -> Any:
     """A boto3 DynamoDB client of one endpoint: fake credentials, one attempt (no
-    retries), connect and read timeouts, no proxy."""
+    retries; `retries="standard"`: botocore's default, standard mode with 3 attempts),
+    connect and read timeouts, no proxy."""
     import boto3
     from botocore.config import Config
 
+    attempts: dict[str, Any] = ({"mode": "standard", "total_max_attempts": 3}
+                                if retries == "standard" else {"total_max_attempts": 1})
     config = Config(
         region_name=REGION, connect_timeout=timeout_s, read_timeout=timeout_s,
-        retries={"total_max_attempts": 1},
+        retries=attempts,
         proxies={}, max_pool_connections=2, tcp_keepalive=False)
     session = boto3.session.Session(aws_access_key_id=ACCESS_KEY,
                                     aws_secret_access_key=SECRET_KEY, region_name=REGION)
@@ -322,7 +329,8 @@ def make_clients(config: Mapping[str, Any], keys: Sequence[str],
                  opts: ClientOptions) -> dict[str, LockClient]:
     """One client per worker, shared by every lock name."""
     o = opts.options
-    ddb = dynamodb_client(str(config["endpoint"]), opts.op_timeout_s)
+    ddb = dynamodb_client(str(config["endpoint"]), opts.op_timeout_s,
+                          retries=str(o.get("retries", "off")))
     client = DynamoDBLockClient(ddb, ttl_ms=opts.ttl_ms, drift=opts.drift,
                                 expiry=str(o.get("expiry", "version")),
                                 release=str(o.get("release", "clear")))

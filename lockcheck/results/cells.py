@@ -32,7 +32,8 @@ KINDS = (("overlaps", "overlap", "overlaps"),
          ("lease", "grant during a valid lease", "grants during a valid lease"),
          ("nonlinearizable_keys", "key not linearizable", "keys not linearizable"),
          ("stale", "stale write accepted", "stale writes accepted"),
-         ("duplicate_fences", "duplicate fence", "duplicate fences"))
+         ("duplicate_fences", "duplicate fence", "duplicate fences"),
+         ("hidden_grants", "hidden grant", "hidden grants"))
 
 
 def _int(v: Any) -> int:
@@ -105,7 +106,9 @@ def _counts(checkers: Mapping[str, Any]) -> dict[str, int]:
             "lease": _int(ls.get("violation_count")),
             "stale": _int(fe.get("stale_accepted_count")) + _int(fe.get("interleaved_count")),
             "duplicate_fences": _int(fe.get("duplicate_fence_count")),
-            "nonlinearizable_keys": len(illegal) if isinstance(illegal, list) else 0}
+            "nonlinearizable_keys": len(illegal) if isinstance(illegal, list) else 0,
+            "hidden_grants": _int((checkers.get("hidden-grants") or {}).get(
+                "hidden_grant_count"))}
 
 
 def first_violation_ns(checkers: Mapping[str, Any]) -> int | None:
@@ -120,6 +123,10 @@ def first_violation_ns(checkers: Mapping[str, Any]) -> int | None:
     fe = checkers.get("fencing") or {}
     for name in ("stale_accepted", "interleaved_writes"):
         times += [_int(v.get("time")) for v in fe.get(name) or [] if isinstance(v, dict)]
+    # a hidden grant: the end of the window its fence was granted in (at the latest)
+    times += [_int((g.get("window") or [0, 0])[1])
+              for g in (checkers.get("hidden-grants") or {}).get("gaps") or []
+              if isinstance(g, dict)]
     if (checkers.get("linearizable") or {}).get("valid") is False:
         for d in fe.get("duplicate_fences") or []:
             times += [_int(t) for t in (d.get("times") or [])[1:2]]  # the second grant

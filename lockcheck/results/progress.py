@@ -175,6 +175,12 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
     if name == "linearizable" and "model" in r:
         return (f"{r.get('model')}: {r.get('ops', 0)} ops, {r.get('fast_path_keys', 0)} keys by "
                 f"fences, {r.get('searched_keys', 0)} by search")
+    if name == "hidden-grants":
+        if not r.get("applicable", True):
+            return "not applicable: the backend's fence does not count grants"
+        if "hidden_grant_count" in r:
+            return (f"{r['hidden_grant_count']} hidden grants in {r.get('granted_fences', 0)} "
+                    f"fences ({r.get('explained_by_info', 0)} gaps: unknown outcomes)")
     for k in ("summary", "note", "message"):
         if k in r:
             return str(r[k])[:70]
