@@ -777,6 +777,7 @@ def _probe_faked_redis() -> str | None:
         finally:
             p.kill()
             p.wait()
+            faketime.remove_shm([p.pid])  # libfaketime leaves them even after an exit
     return (f"redis-server {redis_version()} {NO_FAKE_CLOCK} (it {how} at start): lockcheck "
             "refuses clock faults on Redis here")
 
