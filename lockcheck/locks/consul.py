@@ -62,7 +62,8 @@ from lockcheck.locks.api import (
     NotOwner,
     lease_deadline,
 )
-from lockcheck.locks.etcd import _never_connected, _short, http_session
+from lockcheck.locks.http import http_session, request_error
+from lockcheck.locks.http import short as _short
 
 PREFIX = "lockcheck-locks/"
 NO_EXPIRY_NS = 2**63 - 1  # the no-TTL variant: a session that never expires by itself
@@ -94,21 +95,8 @@ def mapped_errors() -> Iterator[None]:
         raise NotOwner("not-owner") from e
     except ConsulReplyError as e:
         raise _reply_kind(e) from e
-    except rqe.JSONDecodeError as e:  # (an InvalidJSONError) a reply we cannot read
-        raise Indefinite("unreadable reply") from e
-    except rqe.ConnectTimeout as e:
-        raise Definite("timeout connecting") from e
-    except rqe.ConnectionError as e:
-        if _never_connected(e):
-            raise Definite(_short(str(e))) from e
-        raise Indefinite(_short(str(e))) from e  # lost after the request went out
-    except (rqe.InvalidURL, rqe.InvalidSchema, rqe.MissingSchema, rqe.InvalidHeader,
-            rqe.URLRequired, rqe.InvalidJSONError) as e:
-        raise Definite(_short(str(e))) from e  # refused before anything was sent
-    except rqe.RequestException as e:  # read timeout, broken reply, redirects, ...
-        raise Indefinite(_short(str(e))) from e
-    except OSError as e:
-        raise Indefinite(_short(str(e))) from e
+    except (rqe.RequestException, OSError) as e:
+        raise request_error(e) from e
 
 
 def _reply_kind(e: ConsulReplyError) -> Definite | Indefinite:

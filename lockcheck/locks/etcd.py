@@ -47,10 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import requests
 import requests.exceptions as rqe
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from lockcheck.locks.api import (
     ClientOptions,
@@ -61,6 +58,8 @@ from lockcheck.locks.api import (
     NotOwner,
     lease_deadline,
 )
+from lockcheck.locks.http import http_session, request_error
+from lockcheck.locks.http import short as _short
 
 GRANT, KEEPALIVE, REVOKE = "/v3/lease/grant", "/v3/lease/keepalive", "/v3/lease/revoke"
 TIME_TO_LIVE, LOCK, RANGE = "/v3/lease/timetolive", "/v3/lock/lock", "/v3/kv/range"
@@ -90,21 +89,8 @@ def mapped_errors() -> Iterator[None]:
         yield
     except EtcdReplyError as e:
         raise _reply_kind(e) from e
-    except rqe.JSONDecodeError as e:  # (an InvalidJSONError) a reply we cannot read
-        raise Indefinite("unreadable reply") from e
-    except rqe.ConnectTimeout as e:
-        raise Definite("timeout connecting") from e
-    except rqe.ConnectionError as e:
-        if _never_connected(e):
-            raise Definite(_short(str(e))) from e
-        raise Indefinite(_short(str(e))) from e  # lost after the request went out
-    except (rqe.InvalidURL, rqe.InvalidSchema, rqe.MissingSchema, rqe.InvalidHeader,
-            rqe.URLRequired, rqe.InvalidJSONError) as e:
-        raise Definite(_short(str(e))) from e  # refused before anything was sent
-    except rqe.RequestException as e:  # read timeout, broken reply, redirects, ...
-        raise Indefinite(_short(str(e))) from e
-    except OSError as e:
-        raise Indefinite(_short(str(e))) from e
+    except (rqe.RequestException, OSError) as e:
+        raise request_error(e) from e
 
 
 def _reply_kind(e: EtcdReplyError) -> Definite | Indefinite:
@@ -117,44 +103,8 @@ def _reply_kind(e: EtcdReplyError) -> Definite | Indefinite:
     return Indefinite(_short(e.message))
 
 
-def _never_connected(e: BaseException) -> bool:
-    """A refused or timed-out connect: urllib3's reason, somewhere in the chain."""
-    seen: list[BaseException] = [e]
-    while seen:
-        x = seen.pop()
-        if isinstance(x, (NewConnectionError, ConnectTimeoutError)):
-            return True
-        seen += [a for a in x.args if isinstance(a, BaseException)]
-        reason = getattr(x, "reason", None)
-        if isinstance(reason, BaseException):
-            seen.append(reason)
-    return False
-
-
-def _short(msg: str) -> str:
-    m = msg.lower()
-    if "refused" in m:
-        return "connection refused"
-    if "timed out" in m or "timeout" in m:
-        return "timeout"
-    if "reset" in m or "aborted" in m or "closed" in m or "disconnected" in m:
-        return "connection lost"
-    return msg[:80]
-
-
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def http_session() -> requests.Session:
-    """No retries, no proxies from the environment (traffic stays on the run's bridge),
-    and a fresh connection per request, so a refused or timed-out connect certainly
-    sent nothing."""
-    session = requests.Session()
-    session.trust_env = False
-    session.headers["Connection"] = "close"
-    session.mount("http://", HTTPAdapter(max_retries=0))
-    return session
 
 
 def server_ttl_s(ttl_ms: int) -> int:

@@ -29,7 +29,8 @@ import requests.exceptions as rqe
 from requests.adapters import HTTPAdapter
 
 from lockcheck.locks.api import Definite, Indefinite
-from lockcheck.locks.etcd import _never_connected, _short
+from lockcheck.locks.http import never_connected as _never_connected
+from lockcheck.locks.http import short as _short
 
 # Consul's replies after which nothing was applied (as in locks/consul.py)
 DEFINITE_MESSAGES = ("no cluster leader", "invalid session", "permission denied")
