@@ -371,7 +371,8 @@ _BUILT_IN: dict[str, Backend] = {
 
 # families whose entries live beside their own modules, each a "module:attr" naming a
 # tuple of Backend (`lockcheck/families/`)
-FAMILIES = ("lockcheck.families.dynamodb:BACKENDS", "lockcheck.families.consul:BACKENDS")
+FAMILIES = ("lockcheck.families.dynamodb:BACKENDS", "lockcheck.families.consul:BACKENDS",
+            "lockcheck.families.azure_blob:BACKENDS", "lockcheck.families.gcs:BACKENDS")
 
 
 def _with_families(built_in: dict[str, Backend]) -> dict[str, Backend]:

@@ -212,7 +212,9 @@ def main() -> None:
                    "lock-set with an etcd backend: etcd-txn keeps the sets in etcd, each "
                    "write guarded by the writer's own lock key; with a consul backend: "
                    "consul-txn keeps them in Consul, each write a /v1/txn guarded by a "
-                   "check-session on the writer's lock key.")
+                   "check-session on the writer's lock key; with an azure-blob backend: "
+                   "azure-blob keeps each set in its lock's blob, written with the "
+                   "writer's lease id.")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Run the test this many times; stop at the first invalid run.")
@@ -794,8 +796,10 @@ def client_check(factory: str, backend: str, ttl_ms: int | None) -> int:
     FACTORY is MODULE:FACTORY, path/to/file.py:FACTORY or a shipped adapter's name.
     Against live servers: acquire, a second acquire that must be refused, renew,
     release, a lease that must expire, a renew and a release by the expired holder
-    that must be refused, and the errors of a stopped server. Exit 0 if the client
-    got everything right, 1 if not."""
+    that must be refused (also once the lock was granted again and freed: a renew
+    must never bring a lapsed lock back), a lease of 1.5 s that must last 1.5 s
+    (not a TTL rounded down to whole seconds), and the errors of a stopped server.
+    Exit 0 if the client got everything right, 1 if not."""
     from lockcheck.client_check import run_client_check
 
     return run_client_check(factory, backend, ttl_ms=ttl_ms,

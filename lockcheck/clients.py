@@ -191,6 +191,12 @@ CLIENTS: dict[str, ClientAdapter] = {a.name: a for a in [
 ]}
 
 
+# libraries people use that no backend's stand-in can run honestly: `--client NAME` is
+# refused by this "module:function" (called with the backend's name), with one line
+# naming the call whose precondition the stand-in ignores
+REFUSED: dict[str, str] = {"gcslock": "lockcheck.locks.gcs_contract:refuse_gcslock"}
+
+
 # -- resolving --client -------------------------------------------------------------------
 
 
@@ -231,6 +237,10 @@ class ResolvedClient:
 def resolve_client(text: str, backend: str) -> ResolvedClient:
     """`--client` as a shipped adapter's name or MODULE:FACTORY, imported and checked to
     be callable; raises BadInput with one line."""
+    if text in REFUSED:
+        from lockcheck.registry import load
+
+        load(REFUSED[text])(backend)
     adapter = CLIENTS.get(text)
     if adapter is not None:
         if backend not in adapter.backends:

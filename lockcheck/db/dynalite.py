@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import PerNode, Server, start_together
 from lockcheck.errors import BadInput
-from lockcheck.servers import NODE_VERSION, ROOT, program
+from lockcheck.servers import Npm, node_version, npm_version, program
 from lockcheck.spec import TestSpec
 
 PORT = 4567
@@ -50,25 +49,6 @@ def dynalite_binary() -> str:
         raise BadInput(f"dynalite not found at {path}; install it with: lockcheck servers "
                        "install --backend dynamodb")
     return path
-
-
-def dynalite_version(root: Path = ROOT) -> str:
-    """The installed dynalite's version, from its package.json."""
-    pkg = root / f"dynalite-{VERSION}" / "node_modules" / "dynalite" / "package.json"
-    try:
-        return str(json.loads(pkg.read_text())["version"])
-    except (OSError, ValueError, KeyError):
-        return "unknown"
-
-
-def node_version(root: Path = ROOT) -> str:
-    node = root / f"node-{NODE_VERSION}" / "bin" / "node"
-    try:
-        out = subprocess.run([str(node), "--version"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.lstrip("v") or "unknown"
 
 
 def lists_tables(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:
@@ -128,7 +108,7 @@ class DynaliteDB(PerNode):
         start_together(self.servers.values())
 
     def versions(self) -> dict[str, str]:
-        return {"dynalite": dynalite_version(), "node": node_version()}
+        return {"dynalite": npm_version(Npm("dynalite", VERSION)), "node": node_version()}
 
     def client_config(self) -> dict[str, Any]:
         first = next(iter(self.servers.values()))

@@ -117,16 +117,30 @@ def start_together(servers: Iterable[Server]) -> None:
         s.wait_ready()
 
 
-class PerNode:
-    """`Killable`, `Pausable` and `LogFiles` of a database by node name, acting on the
-    server of that node (`servers`, filled in by the database's setup), and a teardown
-    that kills them all."""
+class Served:
+    """`Pausable` and `LogFiles` of a database by node name, acting on the server of
+    that node (`servers`, filled in by the database's setup), and a teardown that kills
+    them all; not `Killable` (a database whose restarts are not the real service's,
+    such as a cloud stand-in's, derives from this alone)."""
 
     servers: Mapping[str, Server]
 
     def teardown(self) -> None:
         for s in self.servers.values():
             s.kill()
+
+    def pause(self, node: str) -> None:
+        self.servers[node].pause()
+
+    def resume(self, node: str) -> None:
+        self.servers[node].resume()
+
+    def log_files(self) -> Mapping[str, Sequence[Path]]:
+        return {name: s.log_files() for name, s in self.servers.items()}
+
+
+class PerNode(Served):
+    """`Served`, and `Killable`: a node's server killed and started again."""
 
     def kill(self, node: str) -> None:
         self.servers[node].kill()
@@ -138,12 +152,3 @@ class PerNode:
 
     def alive(self, node: str) -> bool:
         return self.servers[node].alive()
-
-    def pause(self, node: str) -> None:
-        self.servers[node].pause()
-
-    def resume(self, node: str) -> None:
-        self.servers[node].resume()
-
-    def log_files(self) -> Mapping[str, Sequence[Path]]:
-        return {name: s.log_files() for name, s in self.servers.items()}

@@ -49,7 +49,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import botocore.exceptions as bx
@@ -63,6 +62,7 @@ from lockcheck.locks.api import (
     NotOwner,
     lease_deadline,
 )
+from lockcheck.locks.takeover import Observations
 
 TABLE = "lockcheck-locks"
 REGION = "us-east-1"
@@ -179,33 +179,6 @@ def _number(x: float) -> str:
     return f"{x:.3f}"
 
 
-# -- the takeover rule -------------------------------------------------------------------
-
-
-@dataclass
-class Observations:
-    """What a waiter has seen of each lock: a held record version and when (on its
-    monotonic clock) it first saw it. It may take the lock over from that version once
-    the version has stood a whole lease."""
-
-    lease_ns: int
-    seen: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def observe(self, key: str, rvn: str | None, now_ns: int) -> None:
-        """A read of the item found `rvn` held (None: free or no item)."""
-        if rvn is None:
-            self.seen.pop(key, None)
-        elif key not in self.seen or self.seen[key][0] != rvn:
-            self.seen[key] = (rvn, now_ns)
-
-    def takeover(self, key: str, now_ns: int) -> str | None:
-        """The version this waiter may take the lock over from now, if any."""
-        got = self.seen.get(key)
-        if got is None or now_ns - got[1] < self.lease_ns:
-            return None
-        return got[0]
-
-
 # -- the client --------------------------------------------------------------------------
 
 
@@ -238,7 +211,7 @@ class DynamoDBLockClient:
         self.wallclock = expiry == "wallclock"
         self.delete = release == "delete"
         self.now_ns, self.wall = monotonic_ns, wall
-        self.observed = Observations(lease_ns=ttl_ms * 1_000_000)
+        self.observed: Observations[str] = Observations(lease_ns=ttl_ms * 1_000_000)
 
     def acquire(self, key: str) -> Lease | None:
         t0 = self.now_ns()

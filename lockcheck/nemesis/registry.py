@@ -219,6 +219,11 @@ def check_supported(names: Sequence[str], db: object, backend: str,
     """Refuse a nemesis the backend cannot take, before anything starts."""
     for n in names:
         missing = NEMESES[n].missing(db, spec)
+        # a database may leave a capability out on purpose and say why (Azurite's
+        # restarts are not Azure's): that reason is the refusal
+        why = getattr(db, "refused_faults", {}).get(missing[0]) if missing else None
+        if why:
+            raise BadInput(f"--nemesis {n}: backend {backend} refuses it: {why}")
         if missing:
             raise BadInput(f"--nemesis {n} needs {NEED_WORDS[missing[0]]}; backend "
                            f"{backend} has none (see: lockcheck backends)"

@@ -37,7 +37,7 @@ from lockcheck.workloads.registry import on_trial
 INDEX, MARKDOWN = "index.html", "report.md"
 RUN_PAGE = "run.html"  # a published run's own page, where it has no full report
 BACKEND_ORDER = ("redis", "redlock", "redlock-fenced", "zookeeper", "etcd", "postgres",
-                 "redis-sentinel", "consul", "dynamodb")
+                 "redis-sentinel", "consul", "dynamodb", "azure-blob", "gcs")
 NEMESIS_ORDER = ("none", "partition", "kill", "pause", "client-pause")
 WORKLOAD_ORDER = ("mutex", "fenced", "fenced (unfenced resource)")
 LEGEND_ORDER = ("unsafe", "safe", "unknown", "error", "refused")

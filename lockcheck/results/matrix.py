@@ -36,7 +36,7 @@ from lockcheck.results.display import MatrixDisplay
 # workflow run it (tests/reports/test_nightly.py checks them against these), and
 # test-all runs these faults and workloads when given none
 PUBLISHED_BACKENDS = ("redis", "redlock", "zookeeper", "etcd", "postgres", "redis-sentinel",
-                      "consul", "dynamodb")
+                      "consul", "dynamodb", "azure-blob", "gcs")
 PUBLISHED_FENCED_VARIANT = "redlock-fenced"  # run in the fenced workload only
 DEFAULT_NEMESES = ("none", "partition", "kill", "pause", "client-pause")
 DEFAULT_WORKLOADS = ("mutex", "fenced")

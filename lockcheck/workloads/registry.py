@@ -41,8 +41,11 @@ WORKLOADS: dict[str, Workload] = {
             on_trial="resource",
             # etcd-txn: the sets in etcd, each write guarded by the writer's lock key;
             # consul-txn: the sets in Consul, each write guarded by the writer's session
-            resources=("fenced", "unfenced", "etcd-txn", "consul-txn"),
-            resource_families={"etcd-txn": "etcd", "consul-txn": "consul"},
+            # azure-blob: the sets in Azure Blob Storage, each written with the
+            # writer's lease id on its lock's blob
+            resources=("fenced", "unfenced", "etcd-txn", "consul-txn", "azure-blob"),
+            resource_families={"etcd-txn": "etcd", "consul-txn": "consul",
+                               "azure-blob": "azure-blob"},
         ),
         Workload(
             name="settlement",

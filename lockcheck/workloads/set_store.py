@@ -121,6 +121,10 @@ def start_store(ctx: ResourceContext) -> Any:
         from lockcheck.workloads import consul_set_store
 
         return consul_set_store.start_store(ctx)
+    if ctx.mode == "azure-blob":  # the sets in Azure blobs (workloads/azure_set_store.py)
+        from lockcheck.workloads import azure_set_store
+
+        return azure_set_store.start_store(ctx)
     return SetStore(ctx.workdir / "lock-set.sock", ctx.run_dir / LOG, ctx.t0_ns, ctx.record)
 
 
@@ -134,4 +138,8 @@ def set_client(config: dict[str, Any], timeout_s: float) -> Any:
         from lockcheck.workloads.consul_set_store import ConsulSetClient
 
         return ConsulSetClient(config, timeout_s)
+    if config.get("kind") == "azure-blob":
+        from lockcheck.workloads.azure_set_store import AzureSetClient
+
+        return AzureSetClient(config, timeout_s)
     return SetClient(config, timeout_s)

@@ -21,7 +21,6 @@ from lockcheck.locks.dynamodb import (
     MAYBE_SENT,
     TABLE,
     DynamoDBLockClient,
-    Observations,
     acquire_request,
     delete_request,
     make_clients,
@@ -29,6 +28,7 @@ from lockcheck.locks.dynamodb import (
     release_request,
     renew_request,
 )
+from lockcheck.locks.takeover import Observations
 from tests.unit.error_kinds import error_kind
 
 

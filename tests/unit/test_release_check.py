@@ -13,6 +13,8 @@ import pytest
 
 from lockcheck.backends import BACKENDS
 from lockcheck.cluster import images
+from lockcheck.nemesis.registry import supported
+from lockcheck.spec import TestSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +59,11 @@ def test_kill_expectations_agree_with_the_backends_own(backend: str) -> None:
     the others name kill among what breaks them and may give either verdict."""
     expect = BACKENDS[backend].expect
     safe_clause = expect.split(";")[0]
-    if safe_clause.startswith("safe under") and "kill" in safe_clause:
+    b = BACKENDS[backend]
+    takes = supported(b.make_db(TestSpec(backend=b.name, nodes=b.default_nodes)))
+    if "kill" not in takes:  # refused in one line, before anything starts
+        assert rc.expected(backend, "kill") == rc.REFUSED
+    elif safe_clause.startswith("safe under") and "kill" in safe_clause:
         assert rc.expected(backend, "kill") == rc.VALID
     else:
         assert "kill" in expect
@@ -73,6 +79,9 @@ def test_kill_expectations_agree_with_the_backends_own(backend: str) -> None:
     ("valid or invalid", "unknown", False),
     ("valid or invalid", "error (255)", False),
     ("valid or invalid", "timeout", False),
+    ("refused", "refused", True),
+    ("refused", "valid", False),
+    ("valid", "refused", False),
 ])
 def test_a_verdict_matches_what_is_expected(want: str, got: str, ok: bool) -> None:
     assert rc.matches(want, got) is ok

