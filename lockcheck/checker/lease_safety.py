@@ -19,6 +19,18 @@ bound.
 
 TTL comes from the invoke's `ttl_ms`, else from `CheckOptions.ttl_ms`; a certificate
 with neither is skipped (and counted).
+
+It also names each *superseded renewal*: an ok `renew` of a lease after another
+client's `acquire` of the same key was granted, certainly after that lease's own grant
+and certainly before the renew. Once the service grants the lock to someone else, the
+earlier lease is over for good, however it ended; renewing it brings a dead lock back
+(a renew that sets the key whatever it holds, or takes the lock when it finds it free).
+The order is certain, and needs no TTL and no clock bound: the other acquire was
+invoked after the lease's acquire completed, and completed before the renew was
+invoked (one host clock orders them all). A renew in flight while the other grant was
+made, an `info` renew, and a grant whose outcome is unknown are never blamed. A renew
+names its lease (`lease`); in a history without names, it renews its process's last
+ok acquire of the key.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcheck.checker.api import CheckOptions
-from lockcheck.history import Op, Process, pair_ops
+from lockcheck.history import Op, Pair, Process, pair_ops
 
 MAX_REPORTED = 100
 
@@ -145,6 +157,8 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
             )
         )
 
+    superseded = _superseded_renewals(lock_pairs)
+
     violations: list[dict[str, Any]] = []
     count = 0
     per_key: dict[str, int] = {}
@@ -163,16 +177,30 @@ def check_lease_safety(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
         "violation_count": count,
         "violations_per_key": per_key,
         "violations": violations,
+        "superseded_renewal_count": len(superseded),
+        "superseded_renewals": superseded[:MAX_REPORTED],
     }
-    if count:
+    if count or superseded:
         result["valid"] = False
-        first = violations[0]
-        result["summary"] = (
-            f"{count} grant(s) while a lease was provably still valid; first on key "
-            f"{first['key']!r}: process {first['granted']['process']} "
-            f"{first['granted']['f']} ok while process {first['holder']['process']}'s "
-            f"lease (fence {first['holder']['fence']}) was valid"
-        )
+        said = []
+        if count:
+            first = violations[0]
+            said.append(
+                f"{count} grant(s) while a lease was provably still valid; first on key "
+                f"{first['key']!r}: process {first['granted']['process']} "
+                f"{first['granted']['f']} ok while process {first['holder']['process']}'s "
+                f"lease (fence {first['holder']['fence']}) was valid"
+            )
+        if superseded:
+            s0 = superseded[0]
+            said.append(
+                f"{len(superseded)} renewal(s) of a lease another client had since been "
+                f"granted the lock over; first on key {s0['key']!r}: process "
+                f"{s0['renew']['process']} renewed its lease (fence "
+                f"{s0['lease']['fence']}) after process {s0['superseded_by']['process']} "
+                f"was granted the lock (fence {s0['superseded_by']['fence']})"
+            )
+        result["summary"] = "; ".join(said)
     elif checked == 0 and skipped_no_ttl > 0:
         result["valid"] = "unknown"
         result["summary"] = "no TTL known (neither ttl_ms on invokes nor a default)"
@@ -219,3 +247,105 @@ def _sweep(key: str, certs: list[_Cert], out: list[dict[str, Any]]) -> int:
         if prev is None or x.until_ns > prev.until_ns:
             active[x.process] = x
     return count
+
+
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    process: Process
+    invoke_ns: int
+    ok_ns: int
+    fence: int | None
+    token: str | None
+    index: int
+
+    def describe(self) -> dict[str, Any]:
+        return {"process": self.process, "fence": self.fence, "lease": self.token,
+                "invoke_ns": self.invoke_ns, "ok_ns": self.ok_ns, "index": self.index}
+
+
+def _superseded_renewals(pairs: list[Pair]) -> list[dict[str, Any]]:
+    """Each ok renew of a lease that another process's grant certainly superseded."""
+    grants: dict[str, list[_Grant]] = defaultdict(list)
+    by_token: dict[str, _Grant] = {}
+    mine: dict[tuple[str, Process], list[_Grant]] = defaultdict(list)  # by completion
+    for pair in pairs:
+        inv, comp = pair.invoke, pair.complete
+        if inv.f != "acquire" or comp is None or comp.type != "ok":
+            continue
+        assert inv.key is not None
+        g = _Grant(inv.process, inv.time, comp.time, _fence(comp, inv), _lease(comp),
+                   inv.index)
+        grants[inv.key].append(g)
+        mine[(inv.key, inv.process)].append(g)
+        if g.token is not None:
+            by_token[g.token] = g
+    for gs in mine.values():
+        gs.sort(key=lambda g: (g.ok_ns, g.index))
+    mine_ok = {k: [g.ok_ns for g in gs] for k, gs in mine.items()}
+
+    # Per key, grants by invoke time, and for each suffix the two earliest-completing
+    # grants of different processes: the earliest grant invoked after a lease's grant
+    # completed, by a process other than the lease's, is one of those two.
+    starts: dict[str, list[tuple[int, int]]] = {}
+    best: dict[str, list[tuple[_Grant | None, _Grant | None]]] = {}
+    for key, gs in grants.items():
+        gs.sort(key=lambda g: (g.invoke_ns, g.index))
+        starts[key] = [(g.invoke_ns, g.index) for g in gs]
+        suffix: list[tuple[_Grant | None, _Grant | None]] = [(None, None)] * (len(gs) + 1)
+        for i in range(len(gs) - 1, -1, -1):
+            suffix[i] = _two_earliest(suffix[i + 1], gs[i])
+        best[key] = suffix
+
+    out: list[dict[str, Any]] = []
+    for pair in pairs:
+        inv, comp = pair.invoke, pair.complete
+        if inv.f != "renew" or comp is None or comp.type != "ok":
+            continue
+        assert inv.key is not None
+        token = _lease(inv)
+        lease = by_token.get(token) if token is not None else _last_grant(
+            mine.get((inv.key, inv.process), []), mine_ok.get((inv.key, inv.process), []),
+            inv.time)
+        if lease is None:  # a lease whose grant is not in the history: no order known
+            continue
+        who = lease.process
+        pos = bisect.bisect_right(starts.get(inv.key, []), (lease.ok_ns, 1 << 62))
+        first, second = best[inv.key][pos] if inv.key in best else (None, None)
+        other = first if first is not None and first.process != who else second
+        if other is None or other.process == who or other.ok_ns >= inv.time:
+            continue
+        out.append({
+            "key": inv.key,
+            "kind": "renewed-after-superseded",
+            "renew": {"process": who, "invoke_ns": inv.time, "ok_ns": comp.time,
+                      "index": inv.index},
+            "lease": lease.describe(),
+            "superseded_by": other.describe(),
+            "message": (
+                f"process {who} renew ok at {comp.time} ns (invoked at {inv.time} ns) of "
+                f"its lease (fence {lease.fence}, granted by {lease.ok_ns} ns), after "
+                f"process {other.process}'s acquire (fence {other.fence}) was invoked at "
+                f"{other.invoke_ns} ns and granted by {other.ok_ns} ns: that lease was "
+                "over, and the renew brought it back"
+            ),
+        })
+    out.sort(key=lambda v: (v["renew"]["invoke_ns"], v["renew"]["index"]))
+    return out
+
+
+def _two_earliest(pair: tuple[_Grant | None, _Grant | None], g: _Grant
+                  ) -> tuple[_Grant | None, _Grant | None]:
+    """The earliest-completing grant and the earliest of another process, with g added."""
+    first, second = pair
+    if first is None or g.ok_ns < first.ok_ns:
+        keep = first if first is not None and first.process != g.process else second
+        return g, keep
+    if g.process != first.process and (second is None or g.ok_ns < second.ok_ns):
+        return first, g
+    return first, second
+
+
+def _last_grant(mine: list[_Grant], ok_ns: list[int], before_ns: int) -> _Grant | None:
+    """A history without lease names: the process's last grant completed before."""
+    i = bisect.bisect_left(ok_ns, before_ns)
+    return mine[i - 1] if i else None

@@ -119,6 +119,12 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
         out.append(f"The lock service granted a lock {_n(n_lease, 'time')} while another "
                    "client's lease was provably still valid: the service itself lost a lease "
                    "(lease-safety).")
+    n_ghost = _count(ls, "superseded_renewal_count")
+    if n_ghost:
+        out.append(f"<b>{_n(n_ghost, 'renewal')} of a lease succeeded after another client "
+                   "had been granted the lock</b>: the service let a holder that had lost "
+                   "the lock extend it, so it may believe it holds the lock beside the next "
+                   "holder, or bring a freed lock back (lease-safety).")
     dups, regs = _count(fe, "duplicate_fence_count"), _count(fe, "regression_count")
     if dups or regs:
         out.append(f"The service handed out {_n(dups, 'duplicate fence token')} and its fences "

@@ -162,3 +162,15 @@ def test_empty_and_unknown_fault_runs(tmp_path: Path) -> None:
     tl = page_data(write_report(odd).read_text())["timeline"]
     assert tl["fault_names"] == ["clock-bump"] and tl["faults"][0][3] == "n1"
     assert tl["secs"]["f"] == [None]  # no fence: drawn all the same
+
+
+def test_the_story_names_renewals_of_a_superseded_lease() -> None:
+    from lockcheck.results.report import findings
+
+    def story(count: int) -> str:
+        results = {"checkers": {"lease-safety": {"valid": count == 0, "violation_count": 0,
+                                                 "superseded_renewal_count": count}}}
+        return " ".join(findings({"workload": "mutex"}, results, {}))
+
+    assert "2 renewals of a lease succeeded after another client" in story(2)
+    assert "renewal" not in story(0)
