@@ -109,6 +109,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "detection: takes the first of several runs that shows a timing-dependent "
         "finding (tests/integration/detect.py); run last, one run at a time",
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: reads or changes what is machine-wide (runs killed on purpose, which any "
+        "other run may reap first; every cluster `cluster down` removes; /dev/shm); "
+        "scripts/test runs it after the parallel part, with the detection tests",
+    )
 
 
 _prereq_reason: list[str | None] = []
@@ -179,8 +185,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # detection tests last (a stable sort keeps each module's order): their runs then
-    # compete with no other test's clusters, and a slow try delays nothing after it
-    items.sort(key=lambda i: i.get_closest_marker("detection") is not None)
+    # compete with no other test's clusters, and a slow try delays nothing after it.
+    # Before them, the modules with real clusters first: the parallel part (scripts/test)
+    # hands out whole files in this order, and short unit files then fill the gaps at
+    # its end instead of a long cluster module starting last
+    def order(i: pytest.Item) -> tuple[bool, bool]:
+        last = any(i.get_closest_marker(m) is not None for m in ("detection", "alone"))
+        return last, i.get_closest_marker("integration") is None
+
+    items.sort(key=order)
     marked = [i for i in items if i.get_closest_marker("needs_root_netns") is not None]
     if not marked:
         return

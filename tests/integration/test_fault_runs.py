@@ -168,6 +168,7 @@ def test_ctrl_c_of_a_run_with_proxies_and_fake_clocks_leaves_nothing(cli: Any) -
 
 
 @pytest.mark.usefixtures("faked_redis")
+@pytest.mark.alone  # a killed run, which another run's start may reap first
 def test_sigkill_of_a_faked_run_leaves_files_that_cluster_down_removes(cli: Any) -> None:
     p = cli.start("test", "--nemesis", "clock-bump", "--time-limit", "30")
     trace = p.wait_running()

@@ -285,6 +285,7 @@ def test_python_hash_keys_let_two_processes_hold_one_name(server: Any) -> None:
         b.close()
 
 
+@pytest.mark.alone  # reads every file of /dev/shm
 def test_a_crash_kills_every_server_process_and_leaves_no_shared_memory(server: Any) -> None:
     db, cluster, before = server
     ns = cluster.nodes[0].netns

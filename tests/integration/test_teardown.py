@@ -97,6 +97,7 @@ def kill_mid_run(cli: Any) -> tuple[Any, str]:
     return r, rid
 
 
+@pytest.mark.alone  # a killed run, which another run's start may reap first
 def test_sigkill_then_cluster_down(cli: Any) -> None:
     r, rid = kill_mid_run(cli)
     # by its id: nothing of anyone else's is touched
@@ -109,6 +110,7 @@ def test_sigkill_then_cluster_down(cli: Any) -> None:
     assert c.code in (0, 1, 2), c.explain()
 
 
+@pytest.mark.alone  # a killed run, which another run's start may reap first
 def test_sigkill_then_next_test_cleans_up(cli: Any) -> None:
     _, rid = kill_mid_run(cli)
     r = cli("test", "--nemesis", "none", "--time-limit", "3")

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import kazoo.exceptions as kex
 import kazoo.retry as kretry
@@ -557,7 +558,19 @@ def test_the_no_listener_client_keeps_believing(zk: Standalone, inspector: Kazoo
         a.renew(lease)  # the recipe's flag says yes
         assert lease.still_holds() and not lease.lost
         with pytest.raises(NotOwner):
-            a.release(lease)  # the server says no
+            release_when_answered(a, lease)  # the server says no
+
+
+def release_when_answered(c: Any, lease: Any) -> None:
+    """c.release(lease), again after a connection lost on the way (a 2 s session on a
+    loaded machine loses one now and then): the answer is the server's, not the link's."""
+    for _ in range(3):
+        try:
+            c.release(lease)
+            return
+        except Indefinite:
+            assert wait_for(lambda: c.zk.connected, 10)
+    c.release(lease)
 
 
 @needs_zookeeper
