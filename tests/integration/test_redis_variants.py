@@ -74,17 +74,22 @@ def test_get_then_del_deletes_another_holders_lock(runs: dict[str, Any]) -> None
     # it deletes nothing)
     assert len(ls["violations"]) >= max(1, len(stops) // 2), (len(stops), ls)
     # the evidence: a paused worker's release of its own, older lease was in flight
-    # when the victim was granted the lock (sent before that grant completed, done
-    # after it began) and sent before the second grant completed: its DEL can have
-    # landed in between, and nothing else deletes a key
+    # between the two grants (sent before the later one completed, done after the earlier
+    # one began): its DEL can have landed in between, and nothing else deletes a key.
+    # Which grant the checker calls the holder follows the order their replies were read
+    # in, which a loaded machine can swap: the window is taken from both. The release's
+    # outcome may be unknown (info): a woken worker's DEL was once applied after its
+    # deadline had passed
     releases = [(p.invoke, p.complete) for p in pair_ops(ops) if p.invoke.f == "release"
-                and p.complete is not None and p.complete.type == "ok"]
+                and p.complete is not None and p.complete.type in ("ok", "info")]
     for v in ls["violations"]:
         holder, granted = v["holder"], v["granted"]
+        first_invoke = min(holder["invoke_ns"], granted["invoke_ns"])
+        last_ok = max(holder["ok_ns"], granted["ok_ns"])
         assert any(
-            sent.worker in paused_workers and sent.value["fence"] != holder["fence"]
-            and sent.time < holder["ok_ns"] and done.time > holder["invoke_ns"]
-            and sent.time < granted["ok_ns"]
+            sent.worker in paused_workers
+            and sent.value["fence"] not in (holder["fence"], granted["fence"])
+            and sent.time < last_ok and done.time > first_invoke
             for sent, done in releases), v
 
 
