@@ -56,6 +56,15 @@ def program(name: str, root: Path = ROOT) -> str:
     return str(root / "bin" / name)
 
 
+def installed(name: str, backend: str, root: Path = ROOT) -> str:
+    """program(name), or one line saying it is missing and how to install it."""
+    path = program(name, root)
+    if not Path(path).exists():
+        raise BadInput(f"{name} not found at {path}; install it with: lockcheck servers "
+                       f"install --backend {backend}")
+    return path
+
+
 @dataclass(frozen=True)
 class Debian:
     """A package of this machine's distribution, installed by apt."""

@@ -27,14 +27,13 @@ from __future__ import annotations
 import http.client
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import Served, Server
 from lockcheck.errors import BadInput
-from lockcheck.servers import Npm, node_version, npm_version, program
+from lockcheck.servers import Npm, installed, node_version, npm_version
 from lockcheck.spec import TestSpec
 
 PORT = 10000
@@ -55,11 +54,7 @@ REFUSED_FAULTS = {
 
 
 def azurite_binary() -> str:
-    path = program("azurite-blob")
-    if not Path(path).exists():
-        raise BadInput(f"azurite-blob not found at {path}; install it with: lockcheck "
-                       "servers install --backend azure-blob")
-    return path
+    return installed("azurite-blob", "azure-blob")
 
 
 def serves(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:

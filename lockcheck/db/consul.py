@@ -27,13 +27,11 @@ import subprocess
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import PerNode, Server, start_together
-from lockcheck.errors import BadInput
-from lockcheck.servers import program
+from lockcheck.servers import installed
 from lockcheck.spec import TestSpec
 
 HTTP_PORT = 8500
@@ -52,11 +50,7 @@ SETTINGS = (
 
 
 def consul_binary() -> str:
-    path = program("consul")
-    if not Path(path).exists():
-        raise BadInput(f"consul not found at {path}; install it with lockcheck's installer "
-                       "(scripts/install)")
-    return path
+    return installed("consul", "consul")
 
 
 def consul_version() -> str:

