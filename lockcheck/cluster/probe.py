@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 class NotReady(RuntimeError):
@@ -59,6 +61,27 @@ def tcp_exchange(address: str, port: int, request: bytes, *, timeout: float = 0.
         except OSError:
             pass
     return out
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+def http_answer(address: str, port: int, method: str, path: str, *, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 1.0) -> Answer | None:
+    """One HTTP request's answer, or None if nothing answered."""
+    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return Answer(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
 
 
 def tail_lines(text: str, lines: int = 15) -> str:

@@ -24,13 +24,13 @@ database claims `Clock`, and libfaketime moves that clock per process.
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.cluster import faketime
 from lockcheck.cluster.api import Cluster
+from lockcheck.cluster.probe import http_answer
 from lockcheck.db.server import Served, Server
 from lockcheck.errors import BadInput
 from lockcheck.servers import Npm, installed, node_version, npm_version
@@ -60,16 +60,8 @@ def azurite_binary() -> str:
 def serves(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """The blob service answers a request (unsigned: it is refused, with Azurite's
     request id, which only the blob service sends)."""
-    conn = http.client.HTTPConnection(address, port, timeout=timeout)
-    try:
-        conn.request("GET", f"/{ACCOUNT}?comp=list")
-        r = conn.getresponse()
-        r.read()
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-    return r.getheader("x-ms-request-id") is not None
+    r = http_answer(address, port, "GET", f"/{ACCOUNT}?comp=list", timeout=timeout)
+    return r is not None and "x-ms-request-id" in r.headers
 
 
 def connection_string(address: str, port: int = PORT) -> str:

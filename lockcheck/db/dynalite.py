@@ -16,13 +16,13 @@ trusts: `--clock-targets clients`).
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
+from lockcheck.cluster.probe import http_answer
 from lockcheck.db.server import PerNode, Server, start_together
 from lockcheck.servers import Npm, installed, node_version, npm_version
 from lockcheck.spec import TestSpec
@@ -47,17 +47,10 @@ def dynalite_binary() -> str:
 
 def lists_tables(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """dynalite answers a ListTables with its table names."""
-    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    r = http_answer(address, port, "POST", "/", body=b"{}", headers=PROBE_HEADERS,
+                    timeout=timeout)
     try:
-        conn.request("POST", "/", body=b"{}", headers=PROBE_HEADERS)
-        r = conn.getresponse()
-        body = r.read()
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-    try:
-        return r.status == 200 and "TableNames" in json.loads(body)
+        return r is not None and r.status == 200 and "TableNames" in json.loads(r.body)
     except ValueError:
         return False
 

@@ -25,13 +25,13 @@ trusts).
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockcheck.cluster.api import Cluster
+from lockcheck.cluster.probe import http_answer
 from lockcheck.db.server import Served, Server, start_together
 from lockcheck.servers import installed
 
@@ -52,17 +52,10 @@ def fake_gcs_binary() -> str:
 
 def lists_buckets(address: str, port: int = PORT, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """The server answers a bucket listing."""
-    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    r = http_answer(address, port, "GET", "/storage/v1/b", timeout=timeout)
     try:
-        conn.request("GET", "/storage/v1/b")
-        r = conn.getresponse()
-        body = r.read()
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-    try:
-        return r.status == 200 and json.loads(body).get("kind") == "storage#buckets"
+        return (r is not None and r.status == 200
+                and json.loads(r.body).get("kind") == "storage#buckets")
     except (ValueError, AttributeError):
         return False
 
