@@ -73,24 +73,31 @@ def test_get_then_del_deletes_another_holders_lock(runs: dict[str, Any]) -> None
     # so most pauses delete a next holder's lock (one that lands while nobody holds
     # it deletes nothing)
     assert len(ls["violations"]) >= max(1, len(stops) // 2), (len(stops), ls)
-    # the evidence: a paused worker's release of its own, older lease was in flight
-    # between the two grants (sent before the later one completed, done after the earlier
-    # one began): its DEL can have landed in between, and nothing else deletes a key.
-    # Which grant the checker calls the holder follows the order their replies were read
-    # in, which a loaded machine can swap: the window is taken from both. The release's
-    # outcome may be unknown (info): a woken worker's DEL was once applied after its
-    # deadline had passed
+    # the evidence: some worker's release of its own, older lease was in flight between
+    # the two grants (sent before the later one completed, done after the earlier one
+    # began, or never done): its DEL can have landed in between, and nothing else deletes
+    # a key. Which grant the checker calls the holder follows the order their replies were
+    # read in, which a loaded machine can swap: the window is taken from both. The
+    # release's outcome may be unknown (info, or none when the run ended first): a woken
+    # worker's DEL was once applied after its deadline had passed. A loaded machine can
+    # stall an unpaused worker between its GET and its DEL as long as a pause does (seen
+    # once on CI, after the time limit), so the pause has to explain most violations,
+    # not every one
     releases = [(p.invoke, p.complete) for p in pair_ops(ops) if p.invoke.f == "release"
-                and p.complete is not None and p.complete.type in ("ok", "info")]
-    for v in ls["violations"]:
+                and (p.complete is None or p.complete.type in ("ok", "info"))]
+
+    def stale_releases(v: dict[str, Any]) -> set[str]:
         holder, granted = v["holder"], v["granted"]
         first_invoke = min(holder["invoke_ns"], granted["invoke_ns"])
         last_ok = max(holder["ok_ns"], granted["ok_ns"])
-        assert any(
-            sent.worker in paused_workers
-            and sent.value["fence"] not in (holder["fence"], granted["fence"])
-            and sent.time < last_ok and done.time > first_invoke
-            for sent, done in releases), v
+        return {sent.worker for sent, done in releases
+                if sent.value["fence"] not in (holder["fence"], granted["fence"])
+                and sent.time < last_ok and (done is None or done.time > first_invoke)}
+
+    by = [stale_releases(v) for v in ls["violations"]]
+    assert all(by), [v for v, w in zip(ls["violations"], by) if not w]
+    by_paused = sum(1 for w in by if w & paused_workers)
+    assert by_paused >= max(1, len(by) // 2), (by_paused, by)
 
 
 def test_a_token_checked_release_survives_the_same_pauses(runs: dict[str, Any]) -> None:
