@@ -798,7 +798,9 @@ def client_check(factory: str, backend: str, ttl_ms: int | None) -> int:
     release, a lease that must expire, a renew and a release by the expired holder
     that must be refused (also once the lock was granted again and freed: a renew
     must never bring a lapsed lock back), a lease of 1.5 s that must last 1.5 s
-    (not a TTL rounded down to whole seconds), and the errors of a stopped server.
+    (not a TTL rounded down to whole seconds), a lock taken away on the server under
+    its renewing holder, which the client must notice within a third of the TTL, and
+    the errors of a stopped server.
     Exit 0 if the client got everything right, 1 if not."""
     from lockcheck.client_check import run_client_check
 

@@ -23,7 +23,11 @@ holders" without saying why; these steps say why.
    seconds plus a half) is held, not renewed: another client, acquiring again and again,
    must not get the lock before that TTL, less the clock-drift bound and 2 ms, has passed
    since the acquire was sent (a TTL rounded down to whole seconds ends sooner);
-9. every server stopped: acquire ends in Definite or Indefinite within the timeout, not
+9. a lock taken away under its renewing holder (every lease ended on the server, as
+   if its TTL had passed: `ExpiresLeases`): within one renewal interval (a third of the
+   TTL) the client says the lease is lost, or its next renew is refused (NotOwner); a
+   renew that succeeds leaves a holder working without a lock and never told;
+10. every server stopped: acquire ends in Definite or Indefinite within the timeout, not
    in an exception the client does not map.
 """
 
@@ -40,7 +44,7 @@ from typing import Any
 from lockcheck.backend import Backend
 from lockcheck.backends import backend
 from lockcheck.clients import ResolvedClient, check_shape, close_all, load_factory, resolve_client
-from lockcheck.cluster.api import DB, Killable
+from lockcheck.cluster.api import DB, ExpiresLeases, Killable
 from lockcheck.cluster.state import Registry
 from lockcheck.errors import BadInput
 from lockcheck.locks.api import ClientOptions, Definite, Indefinite, Lease, LockClient, NotOwner
@@ -52,6 +56,7 @@ KEY = "client-check"
 # as a worker does (a client may forget a lease once it has released it).
 GHOST_KEY = KEY + "-ghost"
 SHORT_KEY = KEY + "-ttl"  # step 8's own lock: nothing earlier steps left on KEY bears on it
+AWAY_KEY = KEY + "-away"  # step 9's lock, taken away under its holder
 # Step 8's tolerance besides the drift bound: a service that keeps expiry times in whole
 # milliseconds (Redis truncates its clock to the millisecond when it sets PX, and again
 # when it compares) can free a lease up to a millisecond early at each end.
@@ -517,6 +522,90 @@ def short_ttl_ms(min_ttl_ms: int | None) -> int:
     return max(1000, -(-(min_ttl_ms or 0) // 1000) * 1000) + 500
 
 
+def taken_away(db: DB, holder: LockClient, other: LockClient, ttl_ms: int, timeout: float,
+               r: Report) -> None:
+    """Step 9: the holder's lease ended on the server while it holds the lock. A worker
+    renews every third of the TTL; by then the client must have said the lease is lost
+    (a library's own renewal thread sets `lost`), or that renew must be refused. A
+    renewal thread that ignores a refusal, or dies on an error, is caught here: its
+    holder's renew goes on succeeding."""
+    step = "a lock taken away under its renewing holder"
+    if not isinstance(db, ExpiresLeases):
+        r.note(step, f"skipped: lockcheck cannot end {db.name}'s leases from outside")
+        return
+    try:
+        lease = call(holder.acquire, AWAY_KEY, timeout=timeout)
+    except Exception as e:
+        r.bad(step, f"the acquire of a free lock raised {describe(e)}")
+        return
+    if not isinstance(lease, Lease):
+        r.bad(step, "the acquire of a free lock was refused")
+        return
+    try:
+        did = call(db.expire_leases, timeout=timeout)
+    except Exception as e:
+        r.note(step, f"skipped: ending the leases on the server failed: {describe(e)}")
+        return
+    t0 = time.monotonic()
+    # the lock must be gone on the server: another client takes it and lets it go (a
+    # lock without a lease, such as one without a TTL, is not taken away: nothing to say)
+    probe: Lease | BaseException | None = None
+    for _ in range(3):  # that client's own session may have been ended too: it reconnects
+        try:
+            probe = call(other.acquire, AWAY_KEY, timeout=timeout)
+            break
+        except Exception as e:
+            probe = e
+    if not isinstance(probe, Lease):
+        why = (f"another client's acquire raised {describe(probe)}"
+               if isinstance(probe, BaseException) else
+               "the lock was still held (it has no lease on the server to end)")
+        r.note(step, f"skipped: {did}, and {why}")
+        with contextlib.suppress(Exception):
+            call(holder.release, lease, timeout=timeout)
+        return
+    with contextlib.suppress(Exception):
+        call(other.release, probe, timeout=timeout)
+    interval = ttl_ms / 3000
+    while time.monotonic() - t0 < interval and not lease.lost:
+        time.sleep(0.02)
+    if lease.lost:
+        r.ok(step, f"{did}; the client said the lease is lost "
+                   f"{(time.monotonic() - t0) * 1000:.0f} ms later")
+        return
+    try:
+        call(holder.renew, lease, timeout=timeout)
+    except NotOwner:
+        r.ok(step, f"{did}; the holder's next renew was refused with NotOwner")
+        return
+    except Exception as e:
+        if lockcheck_error(e):
+            r.note(step, f"{did}; the holder's next renew raised {describe(e)}: NotOwner "
+                         "says the lock is gone; anything else leaves the holder working "
+                         "until its lease clock runs out")
+        else:
+            r.bad(step, f"{did}; the holder's next renew raised {describe(e)}, which the "
+                        "client does not map (NotOwner: the lock is no longer ours)")
+        return
+    if lease.lost:
+        r.ok(step, f"{did}; the renew returned, and the client said the lease is lost")
+        return
+    try:
+        got = call(other.acquire, AWAY_KEY, timeout=timeout)
+    except Exception:
+        got = None
+    back = ("; and the lock is held again (another client's acquire was refused): the "
+            "renew brought it back" if got is None else
+            "; another client then got the lock, so two clients believe they hold it")
+    r.bad(step, f"{did} (another client then took the lock and released it); the "
+                f"holder's renew {(time.monotonic() - t0) * 1000:.0f} ms later SUCCEEDED, "
+                "and the client never said the lease was lost: its holder keeps working "
+                f"without a lock and is not told{back}")
+    if isinstance(got, Lease):
+        with contextlib.suppress(Exception):
+            call(other.release, got, timeout=timeout)
+
+
 def stopped_server(db: DB, client: LockClient, timeout: float, r: Report) -> None:
     step = "acquire with every server stopped"
     if not isinstance(db, Killable):
@@ -594,9 +683,10 @@ def check_on(db: DB, b: Backend, r: ResolvedClient, spec: TestSpec, report: Repo
     try:
         # A, B, C for steps 1-7; D and E, with step 8's TTL, for step 8
         ghost: dict[str, LockClient] = {}
+        away: dict[str, LockClient] = {}
         for i, name in enumerate("ABCDE"):
-            ttl, keys = (spec.ttl_ms, [KEY, KEY + "-down", GHOST_KEY]) if name in "ABC" else (
-                short_ttl, [SHORT_KEY])
+            ttl, keys = (spec.ttl_ms, [KEY, KEY + "-down", GHOST_KEY, AWAY_KEY]) if (
+                name in "ABC") else (short_ttl, [SHORT_KEY])
             opts = ClientOptions(ttl_ms=ttl, op_timeout_s=spec.op_timeout_s,
                                  drift=spec.clock_drift, worker=i,
                                  options={**b.options, **r.options})
@@ -611,6 +701,8 @@ def check_on(db: DB, b: Backend, r: ResolvedClient, spec: TestSpec, report: Repo
             clients[name] = by_key[keys[0]]
             if GHOST_KEY in by_key:
                 ghost[name] = by_key[GHOST_KEY]
+            if AWAY_KEY in by_key:
+                away[name] = by_key[AWAY_KEY]
         timeout = max(5.0, 4 * spec.op_timeout_s)
         steps = Steps(clients, ghost, spec.ttl_ms, timeout, report)
         steps.run()
@@ -620,6 +712,7 @@ def check_on(db: DB, b: Backend, r: ResolvedClient, spec: TestSpec, report: Repo
         else:
             report.note(f"a lease of {short_ttl} ms lasts {short_ttl} ms",
                         "skipped: the lease did not expire above")
+        taken_away(db, away["A"], away["B"], spec.ttl_ms, timeout, report)
         stopped_server(db, clients["A"], timeout, report)
     finally:
         for m in made:  # a client that hangs on close with its servers gone: not waited for

@@ -28,7 +28,9 @@ def analyze(ops: list[Op], test: dict[str, Any], *, timeout: float | None = None
     valid, why = run_verdict(opts.workload, results)
     if valid is not False and not any(o.f == "acquire" and o.type == "ok" for o in ops):
         # nothing was ever held, so nothing was tested: that is not a pass
-        valid, why = "unknown", "no lock was ever acquired: nothing was tested"
+        from lockcheck.checker.never_held import never_held
+
+        valid, why = "unknown", never_held(ops)
     out = {"valid": valid, "summary": why, "workload": opts.workload, "ops": len(ops),
            "checkers": results, "metrics": safe_metrics(ops, test) if metrics else {}}
     if test.get("client"):  # a run with --client: its fences and unmapped errors

@@ -293,6 +293,15 @@ class Clock(Protocol):
 
 
 @runtime_checkable
+class ExpiresLeases(Protocol):
+    """Every lease the service holds can be ended now, as if its TTL had passed (keys
+    with a TTL deleted, leases revoked, sessions destroyed): how `client-check` takes a
+    lock away under a holder that renews. Returns what it did, in a few words."""
+
+    def expire_leases(self) -> str: ...
+
+
+@runtime_checkable
 class LogFiles(Protocol):
     """Server logs to copy into the results folder (Jepsen's `db/LogFiles`)."""
 

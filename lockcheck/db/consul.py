@@ -137,6 +137,11 @@ class ConsulDB(PerNode):
             for n in nodes}
         start_together(self.servers.values())
 
+    def expire_leases(self) -> str:
+        from lockcheck.db.expire import expire_consul
+
+        return expire_consul(self.client_config()["endpoints"])
+
     def versions(self) -> dict[str, str]:
         return {"consul": consul_version()}
 

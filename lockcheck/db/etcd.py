@@ -129,6 +129,11 @@ class EtcdDB(PerNode):
                         for n in cluster.nodes}
         start_together(self.servers.values())
 
+    def expire_leases(self) -> str:
+        from lockcheck.db.expire import expire_etcd
+
+        return expire_etcd(self.client_config()["endpoints"])
+
     def versions(self) -> dict[str, str]:
         return {"etcd": etcd_version()}
 

@@ -192,6 +192,11 @@ def server_settings(address: str, port: int, socket_dir: Path,
     }
 
 
+# the lease table of lockcheck's own client (lockcheck/locks/postgres.py), named here so
+# that what ends its leases from outside (db/expire.py) needs no lock client
+LEASE_TABLE = "lockcheck_locks"
+
+
 def conninfo(address: str, port: int, *, application_name: str,
              connect_timeout_s: int = 2) -> dict[str, Any]:
     """psycopg.connect keywords for the controller (probes, failover, schema)."""
@@ -400,6 +405,15 @@ class PostgresDB(PerNode):
             t0 = time.monotonic()
             self.server.stop()
             log.info("postgres stopped in %.2fs", time.monotonic() - t0)
+
+    def expire_leases(self) -> str:
+        from lockcheck.db.expire import expire_postgres
+
+        s = self.server
+        if s is None:
+            return "no server"
+        return expire_postgres(conninfo(s.node.address, s.port,
+                                        application_name="lockcheck-expire"), LEASE_TABLE)
 
     def versions(self) -> dict[str, str]:
         s = self.server

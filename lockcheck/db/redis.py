@@ -176,6 +176,11 @@ class RedisDB(RedisClocks, PerNode):
                 raise
             raise BadInput(faked_start_refused(self.program, str(e))) from None
 
+    def expire_leases(self) -> str:
+        from lockcheck.db.expire import expire_redis
+
+        return expire_redis((s.node.address, s.port) for s in self.servers.values())
+
     def versions(self) -> dict[str, str]:
         return {self.program: redis_version(self.program)}
 

@@ -236,6 +236,11 @@ class SentinelDB(PerNode):
         for s in [*self.sentinels.values(), *self.servers.values()]:
             s.kill()
 
+    def expire_leases(self) -> str:
+        from lockcheck.db.expire import expire_redis
+
+        return expire_redis((s.node.address, s.port) for s in self.servers.values())
+
     def versions(self) -> dict[str, str]:
         return {self.program: redis_version(self.program),
                 self.sentinel_program: redis_version(self.sentinel_program)}

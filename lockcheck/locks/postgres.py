@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from lockcheck.db.postgres import LEASE_TABLE as TABLE
 from lockcheck.db.postgres import conninfo
 from lockcheck.locks.api import (
     ClientOptions,
@@ -48,8 +49,6 @@ from lockcheck.locks.api import (
     NotOwner,
     lease_deadline,
 )
-
-TABLE = "lockcheck_locks"
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (

@@ -14,7 +14,9 @@ returns plain JSON data (`results.json["metrics"]`):
   sections that were still open after the holder's lease clock (acquire invoke plus
   TTL(1 - drift), pushed on by each ok renew) had run out, whatever the holder
   noticed, with the overrun (the time spent inside with no valid lease by its own
-  clock); a holder paused past its TTL shows up here;
+  clock); a holder paused past its TTL shows up here; `worked_after_refusal` counts
+  sections in which the holder went on after a renewal was refused (`not-owner`): a
+  record of it on that lock, other than its exit or release, after the refusal;
 - `availability`: the share of acquire attempts that were granted (`share`), the
   share the service answered definitely (`answered`: granted or busy, not an error
   or a timeout; a blocking acquire whose wait ran out while another process held the
@@ -193,6 +195,31 @@ def _lease_overruns(ops: Sequence[Op], lock: pd.DataFrame, default_ttl: float,
     return out
 
 
+def worked_after_refusal(ops: Sequence[Op], sections: Sequence[Section]) -> list[dict[str, Any]]:
+    """Sections whose holder went on after a renewal of its lock was refused: told the
+    lock is gone, it must leave (a renewal thread that swallows the refusal does not)."""
+    refused: dict[tuple[Any, str | None], list[int]] = {}
+    went_on: dict[tuple[Any, str | None], list[int]] = {}
+    for o in ops:
+        k = (o.process, o.key)
+        if o.f == "renew" and o.type == "fail" and o.error == "not-owner":
+            refused.setdefault(k, []).append(o.time)
+        elif o.f not in ("exit", "release", "enter") and o.type in ("invoke", "event"):
+            went_on.setdefault(k, []).append(o.time)
+    out = []
+    for s in sections:
+        k = (s.process, s.key)
+        first = min((t for t in refused.get(k, ()) if s.start <= t <= s.end), default=None)
+        if first is None:
+            continue
+        after = [t for t in went_on.get(k, ()) if first < t < s.end]
+        if after:
+            out.append({"process": s.process, "key": s.key, "fence": s.fence,
+                        "refused": first, "records_after": len(after),
+                        "kept_ms": _r((s.end - first) / MS)})
+    return out
+
+
 def compute_metrics(ops: Sequence[Op], test: Mapping[str, Any]) -> dict[str, Any]:
     """The metrics of one history (see the module doc); JSON-able."""
     lock = lock_frame(ops)
@@ -251,6 +278,8 @@ def compute_metrics(ops: Sequence[Op], test: Mapping[str, Any]) -> dict[str, Any
             "lease_expired_exits": reasons.get("lease-expired", 0),
             "not_owner_exits": reasons.get("not-owner", 0),
             "outlived_lease": len(overruns),
+            "worked_after_refusal": len(kept := worked_after_refusal(ops, sections)),
+            "worked_after_refusal_examples": kept[:20],
             "outlived_by_exit_reason": dict(sorted(by_reason.items())),
             "overrun_ms": distribution([o["overrun_ms"] for o in overruns]),
             "examples": sorted(overruns, key=lambda o: -(o["overrun_ms"] or 0))[:20],

@@ -137,6 +137,11 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
         out.append(f"<b>{_n(outlived, 'holder')} stayed inside the critical section after "
                    f"its own lease clock ran out</b> (expiries while working; longest "
                    f"{_ms(mx)} ms past): the alarm to watch in production.")
+    went_on = int(ew.get("worked_after_refusal") or 0)
+    if went_on:
+        out.append(f"<b>{_n(went_on, 'holder')} went on working after a renewal was "
+                   "refused</b>: told the lock was gone, the client carried on (a renewal "
+                   "that swallows a refusal leaves its holder working without a lock).")
     return out
 
 
@@ -217,7 +222,8 @@ def _metrics_table(m: Mapping[str, Any]) -> str:
          f"{ren.get('info', 0):,} timed out; failure rate {_pct(ren.get('failure_rate'))}"),
         ("expiries while working", f"{ew.get('lease_expired_exits', 0):,} exits on the lease "
          f"clock, {ew.get('not_owner_exits', 0):,} on a refused renewal; "
-         f"{ew.get('outlived_lease', 0):,} holds outlived the holder's lease clock"),
+         f"{ew.get('outlived_lease', 0):,} holds outlived the holder's lease clock; "
+         f"{ew.get('worked_after_refusal', 0):,} went on after a refused renewal"),
         ("exit reasons", ", ".join(f"{k} {v:,}" for k, v in
                                    (m.get("exit_reasons") or {}).items()) or "-"),
         ("TTL", f"{m.get('ttl_ms')} ms" if m.get("ttl_ms") else "-"),

@@ -95,7 +95,7 @@ def test_get_then_del_deletes_another_holders_lock(runs: dict[str, Any]) -> None
                 and sent.time < last_ok and (done is None or done.time > first_invoke)}
 
     by = [stale_releases(v) for v in ls["violations"]]
-    assert all(by), [v for v, w in zip(ls["violations"], by) if not w]
+    assert all(by), [v for v, w in zip(ls["violations"], by, strict=True) if not w]
     by_paused = sum(1 for w in by if w & paused_workers)
     assert by_paused >= max(1, len(by) // 2), (by_paused, by)
 

@@ -107,7 +107,7 @@ def test_every_tutorial_command_exits_as_the_tutorial_says(runs: dict[str, Any])
 def test_client_check_passes_the_example(runs: dict[str, Any]) -> None:
     r = result(runs, "client-check", EXAMPLE)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("  ")]
-    assert len(lines) == 11 and all(ln.startswith("  ok ") for ln in lines), r.explain()
+    assert len(lines) == 12 and all(ln.startswith("  ok ") for ln in lines), r.explain()
     assert "no problems" in r.stdout
 
 

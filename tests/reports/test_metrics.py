@@ -113,6 +113,36 @@ def test_expiries_while_working() -> None:
     assert e["overrun_ms"]["max"] == 200.0
 
 
+def test_a_holder_that_went_on_after_a_refused_renewal_is_counted() -> None:
+    ops = (
+        H()
+        # A: the renewal at 300 ms is refused, yet it writes and renews again before leaving
+        .acquire(0, "a", 1, 0, 1 * MS, ttl_ms=1000)
+        .enter(0, "a", 1, 1 * MS)
+        .renew(0, "a", 1, 300 * MS, 301 * MS, result="fail")  # not-owner
+        .write(0, "a", 1, 400 * MS, 401 * MS)
+        .renew(0, "a", 1, 600 * MS, 601 * MS, result="fail")
+        .exit(0, "a", 1, 700 * MS, "done")
+        # B: refused, and it leaves at once (its release is not work)
+        .acquire(1, "b", 1, 2000 * MS, 2001 * MS, ttl_ms=1000)
+        .enter(1, "b", 1, 2001 * MS)
+        .renew(1, "b", 1, 2300 * MS, 2301 * MS, result="fail")
+        .exit(1, "b", 1, 2302 * MS, "not-owner")
+        .release(1, "b", 1, 2303 * MS, 2304 * MS, result="fail")
+        # C: a renewal that failed for another reason is not a refusal
+        .acquire(2, "c", 1, 5000 * MS, 5001 * MS, ttl_ms=1000)
+        .enter(2, "c", 1, 5001 * MS)
+        .renew(2, "c", 1, 5300 * MS, 5301 * MS, result="fail", error="connection refused")
+        .write(2, "c", 1, 5400 * MS, 5401 * MS)
+        .exit(2, "c", 1, 5500 * MS, "done")
+        .ops()
+    )
+    e = compute_metrics(ops, TEST)["expiries_while_working"]
+    assert e["worked_after_refusal"] == 1, e
+    [x] = e["worked_after_refusal_examples"]
+    assert (x["key"], x["refused"], x["records_after"], x["kept_ms"]) == ("a", 301 * MS, 2, 399.0)
+
+
 def test_clock_drift_shortens_the_lease_clock() -> None:
     ops = H().acquire(0, "k", 1, 0, 1 * MS, ttl_ms=1000).section(0, "k", 1, 1 * MS, 995 * MS).ops()
     assert compute_metrics(ops, TEST)["expiries_while_working"]["outlived_lease"] == 0
