@@ -365,6 +365,17 @@ _BUILT_IN: dict[str, Backend] = {
                    "holders",
             options={"ttl": False},
         ),
+        _memory(
+            name="memory-no-lock", unsafe=True,
+            description="no lock at all: lockcheck's own lock server granting every "
+                        "acquire at once, each with the next fence; for what a resource's "
+                        "own concurrency control does alone (--workload settlement "
+                        "--resource row-lock or version)",
+            expect="mutual exclusion fails at once, with no fault; a resource that "
+                   "keeps itself consistent (a row lock, a version check, an idempotency "
+                   "key) still settles each merchant-day once",
+            options={"exclusion": False},
+        ),
     ]
 }
 

@@ -202,6 +202,13 @@ def main() -> None:
               help="loss: the share of packets dropped on a lossy link.")
 @click.option("--delay-ms", type=int, default=100, show_default=True,
               help="delay: added to each round trip through a delayed node.")
+@click.option("--reply-op", default="release", show_default=True,
+              help="reply-loss: whose replies are withheld: acquire, renew or release.")
+@click.option("--reply-client", default="all", show_default=True,
+              help="reply-loss: aim at every client (all) or one (c0, c1, ...).")
+@click.option("--reply-hold-ms", type=int, default=None,
+              help="reply-loss: how long the replies are withheld (shorter than the op "
+                   "timeout: delayed) [default: 3x the op timeout].")
 @click.option("--quiet", type=float, default=5.0, show_default=True,
               help="Final seconds with every fault healed (at most a quarter of the run).")
 @click.option("--recover-s", type=float, default=None,
@@ -263,6 +270,8 @@ def test(ctx: click.Context, **o: Any) -> int:
             clock_rate=o["clock_rate"], clock_period_ms=o["clock_period_ms"],
             clock_targets=o["clock_targets"], loss_probability=o["loss_probability"],
             delay_ms=o["delay_ms"], quiet=o["quiet"], recover_s=o["recover_s"],
+            reply_op=o["reply_op"], reply_client=o["reply_client"],
+            reply_hold_ms=o["reply_hold_ms"],
             resource=o["resource"], seed=seed,
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             report=not o["no_report"],

@@ -47,6 +47,7 @@ from lockcheck.locks.api import ClientOptions
 from lockcheck.nemesis.api import Nemesis, PrepareContext, Prepared, RunContext, WorkerRef
 from lockcheck.nemesis.client_pause import Holders
 from lockcheck.nemesis.registry import NEMESES, check_supported, prepare_db, prepare_steps
+from lockcheck.nemesis.reply_loss import stop_before as reply_stop_before
 from lockcheck.nemesis.schedule import NemesisSchedule
 from lockcheck.preflight import check_server_versions, debian_packages, require_binaries
 from lockcheck.registry import load
@@ -553,6 +554,7 @@ class Run:
             op_timeout_s=spec.op_timeout_s, drift=spec.clock_drift,
             resource=self.resource.worker_config() if self.resource else None,
             prompt=self.prompt, pause_at=spec.pause_at, recovery_keys=self.key_plan.recovery,
+            stop_before=reply_stop_before(spec),
             key_params=self.key_plan.params,
             client=self.p.client.factory if self.p.client else None,
             client_path=self.p.client.path if self.p.client else None,

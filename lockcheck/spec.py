@@ -60,6 +60,10 @@ class TestSpec:
     clock_targets: str = "nodes"
     loss_probability: float = 0.3  # loss: share of packets dropped on a lossy link
     delay_ms: int = 100  # delay: added to every round trip through a delayed node
+    # reply-loss: whose op's replies are withheld, whose, and for how long
+    reply_op: str = "release"
+    reply_client: str = "all"  # "all" or a client name (c0, c1, ...)
+    reply_hold_ms: int | None = None  # default: 3x the op timeout
     quiet: float = 5.0  # final phase with every fault healed
     recover_s: float | None = None  # final check that every lock can be taken again
     resource: str = "fenced"
@@ -81,7 +85,7 @@ class TestSpec:
         another was chosen, and the client when one was brought), workload, nemesis
         (no ambiguity when a name has a dash)."""
         # the resource modes a run's folder shows
-        named = ("unfenced", "etcd-txn", "consul-txn", "azure-blob")
+        named = ("unfenced", "etcd-txn", "consul-txn", "azure-blob", "row-lock", "version")
         workload = self.workload + (f"-{self.resource}" if self.resource in named else "")
         backend = self.backend
         if self.server is not None:
@@ -247,3 +251,6 @@ def validate_faults(spec: TestSpec) -> None:
                        f"(got {spec.loss_probability:g})")
     if not 1 <= spec.delay_ms <= MAX_DELAY_MS:
         raise BadInput(f"--delay-ms must be between 1 and {MAX_DELAY_MS}")
+    from lockcheck.nemesis.reply_loss import validate as validate_reply_loss
+
+    validate_reply_loss(spec)

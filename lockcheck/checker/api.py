@@ -70,6 +70,10 @@ def check_safe(name: str, checker: Checker, ops: list[Op], opts: CheckOptions) -
     t0 = time.perf_counter()
     try:
         result = dict(checker(ops, opts))
+        if result.get("valid") is False:  # name the withheld reply an anomaly followed
+            from lockcheck.checker.withheld import annotate_safe
+
+            result = annotate_safe(result, ops)
     except Exception as e:  # a checker bug must never turn into "valid"
         result = {
             "valid": "unknown",

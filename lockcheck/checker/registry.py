@@ -11,6 +11,7 @@ from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.lock_set import check_lock_set
 from lockcheck.checker.mutual_exclusion import check_mutual_exclusion
+from lockcheck.checker.outage import check_outage
 from lockcheck.checker.settlement import check_settlement
 from lockcheck.workloads.registry import WORKLOADS
 
@@ -22,6 +23,7 @@ CHECKERS: dict[str, Checker] = {
     "lock-set": check_lock_set,
     "settlement": check_settlement,
     "hidden-grants": check_hidden_grants,
+    "outage": check_outage,
 }
 
 # for histories whose test.json names no checkers (runs written before it did): the
@@ -30,8 +32,9 @@ DEFAULT_CHECKERS: dict[str, list[str]] = {name: list(w.checkers) for name, w in 
 
 # checkers every run whose lock is checked (its checkers include linearizable) gets
 # beside its workload's own; each abstains where it does not apply (hidden-grants: a
-# backend whose fence does not count grants one by one)
-WITH_LOCK_CHECKERS: tuple[str, ...] = ("hidden-grants",)
+# backend whose fence does not count grants one by one; outage: a run without
+# `--nemesis outage`)
+WITH_LOCK_CHECKERS: tuple[str, ...] = ("hidden-grants", "outage")
 
 
 def checkers_of(test: dict[str, Any], workload: str) -> list[str]:

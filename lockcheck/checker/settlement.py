@@ -4,10 +4,13 @@ double runs the lock let through?
 Evidence, per lock name (merchant-day):
 
 * the `settle` ops: `ok` is a committed payment, `fail` a settlement that a layer
-  refused (`stale-fence`: the fence; `duplicate-payment`: the idempotency key), `info`
-  one whose commit is unknown;
+  refused (`stale-fence`: the fence; `duplicate-payment`: the idempotency key;
+  `stale-version`: the version check; `row-lock-lost`: the row lock the read took was
+  gone), `info` one whose commit is unknown;
 * the `read` ops that found the day already `paid` (the job's own check, done under
-  the lock: it stops a second run only while the lock still excludes);
+  the lock: it stops a second run only while the lock still excludes; a read that
+  took the row's lock, `row_locked`, counts for the row lock: it waited for the run
+  before it to commit);
 * the store's own count of payments at the end (a `final-state` event of process
   `"resource"`), which settles what the `info` ops left open.
 
@@ -40,14 +43,15 @@ def final_payments(ops: list[Op]) -> dict[str, int] | None:
 def check_settlement(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
     paid: dict[str, list[dict[str, Any]]] = defaultdict(list)
     maybe: dict[str, int] = defaultdict(int)
-    stopped = {"fence": 0, "idempotency": 0, "already-paid": 0, "other": 0}
+    stopped = {"fence": 0, "idempotency": 0, "already-paid": 0, "row-lock": 0,
+               "version": 0, "other": 0}
     attempts = 0
     for p in pair_ops(o for o in ops if o.f in ("settle", "read") and o.key is not None):
         inv, done = p.invoke, p.complete
         if inv.f == "read":
             if done is not None and done.type == "ok" and isinstance(done.value, dict) \
                     and done.value.get("status") == "paid":
-                stopped["already-paid"] += 1
+                stopped["row-lock" if done.value.get("row_locked") else "already-paid"] += 1
             continue
         attempts += 1
         key = str(inv.key)
@@ -57,7 +61,8 @@ def check_settlement(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
             paid[key].append({"process": inv.process, "fence": inv.fence,
                               "invoke_ns": inv.time, "ok_ns": done.time, "index": inv.index})
         else:
-            kind = {"stale-fence": "fence", "duplicate-payment": "idempotency"}.get(
+            kind = {"stale-fence": "fence", "duplicate-payment": "idempotency",
+                    "stale-version": "version", "row-lock-lost": "row-lock"}.get(
                 done.error or "", "other")
             stopped[kind] += 1
     if attempts == 0:
@@ -81,6 +86,9 @@ def check_settlement(ops: list[Op], opts: CheckOptions) -> dict[str, Any]:
     }
     layers = (f"stopped by the fence {stopped['fence']}, by the idempotency key "
               f"{stopped['idempotency']}, by the job's own check {stopped['already-paid']}")
+    for kind, name in (("row-lock", "the row lock"), ("version", "the version check")):
+        if stopped[kind]:
+            layers += f", by {name} {stopped[kind]}"
     if doubles:
         d = doubles[0]
         out.update(valid=False, summary=f"{len(doubles)} merchant-day(s) settled more than "

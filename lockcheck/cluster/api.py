@@ -232,6 +232,14 @@ class Killable(Protocol):
 
 
 @runtime_checkable
+class StartsTogether(Protocol):
+    """Several killed servers can be started at once and waited for together (an
+    ensemble with every member down forms only once a quorum is up)."""
+
+    def start_together(self, nodes: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
 class Pausable(Protocol):
     """Servers can be paused (SIGSTOP) and resumed (Jepsen's `db/Pause`)."""
 

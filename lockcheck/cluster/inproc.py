@@ -43,7 +43,7 @@ CUT = ("every process of an inproc run shares this machine's loopback, so nothin
 REFUSED = {n: CUT for n in ("partition", "partition-one", "partition-majority",
                             "partition-halves", "partition-ring", "partition-bridge",
                             "partition-clients", "partition-primary", "partition-holder",
-                            "bridge-clock", "loss", "delay")}
+                            "bridge-clock", "loss", "delay", "reply-loss")}
 
 
 @dataclass

@@ -689,9 +689,9 @@ def doctor_findings(path: str, accept_new: bool = False) -> list[tuple[str, bool
     return in_parallel(list(nf.hosts), one)
 
 
-# faults that cut a client alone (partition-clients, partition-holder): none without
-# namespaces
-NEEDS_CLIENT_NAMESPACES = ("partition-clients", "partition-holder")
+# faults that cut a client alone (partition-clients, partition-holder) or its replies
+# (reply-loss): none without namespaces
+NEEDS_CLIENT_NAMESPACES = ("partition-clients", "partition-holder", "reply-loss")
 
 
 PROVIDER = Provider(

@@ -41,6 +41,7 @@ class MemoryServer:
     node: Node
     port: int = DEFAULT_PORT
     ttl: bool = True
+    exclusion: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
     daemon: Daemon | None = None
 
@@ -56,7 +57,8 @@ class MemoryServer:
         # -P: a checkout in the working directory must not shadow the installed lockcheck
         return [sys.executable, "-P", "-m", MODULE, "--host", self.node.address,
                 "--port", str(self.port), "--data-dir", str(self.dir),
-                *([] if self.ttl else ["--no-ttl"])]
+                *([] if self.ttl else ["--no-ttl"]),
+                *([] if self.exclusion else ["--no-exclusion"])]
 
     def launch(self) -> None:
         self.daemon = self.node.spawn("memory", self.argv(), log=self.log_path,
@@ -88,11 +90,13 @@ class MemoryDB:
 
     def __init__(self, spec: TestSpec, options: Mapping[str, Any] | None = None) -> None:
         self.ttl = bool((options or {}).get("ttl", True))
+        self.exclusion = bool((options or {}).get("exclusion", True))
         self.servers: dict[str, MemoryServer] = {}
         self.faking = False
 
     def setup(self, cluster: Cluster) -> None:
-        self.servers = {n.name: MemoryServer(n, ttl=self.ttl) for n in cluster.nodes}
+        self.servers = {n.name: MemoryServer(n, ttl=self.ttl, exclusion=self.exclusion)
+                        for n in cluster.nodes}
         for s in self.servers.values():
             self._start(s)
         for s in self.servers.values():

@@ -11,7 +11,9 @@ One process, one line per request and per reply on a TCP socket:
 Every grant gets the next value of one counter (its fence). Locks and the counter
 live in memory only: a server killed and started again comes back empty, its fences
 counting from 1 again, as a Redis without persistence does. `--no-ttl` makes locks
-last until released, whatever TTL the client asks for.
+last until released, whatever TTL the client asks for. `--no-exclusion` grants every
+acquire at once (each with the next fence) and every renew and release: no lock at
+all in front of the resource, for runs that test what the resource does alone.
 
 It is the database of Jepsen's no-op tests made real enough to fail: correct while it
 runs, and forgetful across a restart.
@@ -41,6 +43,7 @@ class LockTable:
     """The server's state; every request runs under one mutex."""
 
     ttl: bool = True
+    exclusion: bool = True  # False: every acquire is granted (no lock at all)
     # The wall clock, not time.monotonic(): leases expire by the clock that libfaketime
     # moves (it fakes only the wall clock), so a clock fault shows what a server does
     # that expires leases by its own clock, as Redis and the postgres lease table do.
@@ -64,7 +67,7 @@ class LockTable:
 
     def acquire(self, name: str, owner: str, ttl_ms: int) -> int | None:
         with self.mutex:
-            if self._holder(name) is not None:
+            if self.exclusion and self._holder(name) is not None:
                 return None
             self.fence += 1
             self.locks[name] = Held(owner, self._expiry(ttl_ms))
@@ -72,6 +75,8 @@ class LockTable:
 
     def renew(self, name: str, owner: str, ttl_ms: int) -> bool:
         with self.mutex:
+            if not self.exclusion:
+                return True
             held = self._holder(name)
             if held is None or held.owner != owner:
                 return False
@@ -80,6 +85,8 @@ class LockTable:
 
     def release(self, name: str, owner: str) -> bool:
         with self.mutex:
+            if not self.exclusion:
+                return True
             held = self._holder(name)
             if held is None or held.owner != owner:
                 return False
@@ -146,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the server writes its pid file (it keeps no data)")
     ap.add_argument("--no-ttl", action="store_true",
                     help="locks last until released, whatever TTL is asked for")
+    ap.add_argument("--no-exclusion", action="store_true",
+                    help="grant every acquire, renew and release: no lock at all")
     a = ap.parse_args(argv)
-    table = LockTable(ttl=not a.no_ttl)
+    table = LockTable(ttl=not a.no_ttl, exclusion=not a.no_exclusion)
     with Server((a.host, a.port), table) as server:
         a.data_dir.mkdir(parents=True, exist_ok=True)
         (a.data_dir / "server.pid").write_text(f"{os.getpid()}\n")

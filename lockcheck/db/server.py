@@ -150,5 +150,11 @@ class PerNode(Served):
         if not s.alive():
             s.start()
 
+    def start_together(self, nodes: Sequence[str]) -> None:
+        """Start several at once: an ensemble whose every member was down (etcd,
+        Consul, ZooKeeper after an outage) serves only once a quorum is up, so no
+        member can be waited for alone."""
+        start_together([self.servers[n] for n in nodes if not self.servers[n].alive()])
+
     def alive(self, node: str) -> bool:
         return self.servers[node].alive()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockcheck.cluster.api import HasPrimary, Killable, Pausable
+from lockcheck.cluster.api import HasPrimary, Killable, Pausable, StartsTogether
 from lockcheck.nemesis.api import Holding, RunContext
 
 Targets = Callable[[list[str], random.Random], list[str]]
@@ -133,7 +133,14 @@ class Kill:
 
     def heal(self) -> None:
         self._down = []
-        _all_or_raise("restart", [n for n in self.nodes if not self.db.alive(n)], self.db.start)
+        down = [n for n in self.nodes if not self.db.alive(n)]
+        if len(down) > 1 and isinstance(self.db, StartsTogether):
+            try:
+                self.db.start_together(down)
+            except Exception as e:
+                raise RuntimeError(f"restart failed on {', '.join(down)}: {e}") from e
+            return
+        _all_or_raise("restart", down, self.db.start)
 
 
 @dataclass
@@ -172,6 +179,16 @@ def kill(ctx: RunContext) -> Kill:
                 targets=(aimed(ctx.holders, max(ctx.spec.nemesis_interval,
                                                 ctx.spec.ttl_ms / 500.0))
                          if aimed else TARGET_SPECS[spec]))
+
+
+def outage(ctx: RunContext) -> Kill:
+    """Every server killed at once, for longer than a lease: no lock service at all.
+    Two TTLs at least, so that every lease granted before it has run out."""
+    assert isinstance(ctx.db, Killable)
+    return Kill(ctx.db, [n.name for n in ctx.cluster.nodes],
+                max(ctx.spec.fault_duration, 2 * ctx.spec.ttl_ms / 1000.0),
+                name="outage", start_f="start-outage", stop_f="stop-outage",
+                targets=TARGET_SPECS["all"])
 
 
 def pause(ctx: RunContext) -> Pause:

@@ -110,6 +110,15 @@ NEMESES: dict[str, NemesisKind] = {
                     description="SIGKILL the server on one node or a minority; restart it "
                                 "--restart-delay-ms later",
                     build="lockcheck.nemesis.process:kill", needs=("kill",)),
+        NemesisKind(name="outage",
+                    description="the whole lock service gone: SIGKILL every server, and "
+                                "restart them all after the fault's duration or two TTLs, "
+                                "whichever is longer",
+                    build="lockcheck.nemesis.process:outage", needs=("kill",),
+                    shows="no critical section may start while every server is down: a "
+                          "client that proceeds without a grant is flagged (outage: "
+                          "invalid); what the clients did (failed fast, timed out, "
+                          "blocked) in the outage checker"),
         NemesisKind(name="pause",
                     description="SIGSTOP the server on one node or a minority; SIGCONT "
                                 "--nemesis-interval later",
@@ -186,6 +195,12 @@ NEMESES: dict[str, NemesisKind] = {
                     shows="Jepsen's etcd lock-set: the woken holder writes over the "
                           "rival's update (etcd --workload lock-set: lock-set invalid, "
                           "a lost update)"),
+        NemesisKind(name="reply-loss",
+                    description="the reply of a chosen op (--reply-op acquire, renew or "
+                                "release; --reply-client) is withheld for --reply-hold-ms "
+                                "(default 3x the op timeout) after its request reached the "
+                                "server and was applied",
+                    build="lockcheck.nemesis.reply_loss:reply_loss", prompt=True),
     ]
 }
 

@@ -152,11 +152,19 @@ def verdict_word(valid: object) -> str:
     return {True: "valid", False: "INVALID"}.get(valid, "unknown")  # type: ignore[call-overload]
 
 
+def _after_withheld(r: dict[str, Any]) -> str:
+    """"; after c2's release reply was withheld at 3.2 s" when the checker tied its
+    anomaly to a withheld reply (reply-loss)."""
+    w = r.get("withheld_replies")
+    return f"; {w[0]['note']}" if w and isinstance(w[0], dict) and "note" in w[0] else ""
+
+
 def checker_detail(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return str(r["error"])[:70]
     if name == "mutual-exclusion":
-        return f"{r.get('violation_count', 0)} overlaps in {r.get('sections', 0)} critical sections"
+        return (f"{r.get('violation_count', 0)} overlaps in {r.get('sections', 0)} critical "
+                f"sections{_after_withheld(r)}")
     if name == "fencing":
         resource = "resource safe" if r.get("resource_valid", True) else "RESOURCE CORRUPTED"
         if not r.get("accepted", 0) and not r.get("rejected", 0):
@@ -171,7 +179,7 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
                 f"{r.get('regression_count', 0)} regressions")
     if name == "lease-safety" and "certificates" in r:
         return (f"{r.get('violation_count', 0)} grants while a lease was provably valid "
-                f"({r['certificates']} leases)")
+                f"({r['certificates']} leases){_after_withheld(r)}")
     if name == "linearizable" and "model" in r:
         return (f"{r.get('model')}: {r.get('ops', 0)} ops, {r.get('fast_path_keys', 0)} keys by "
                 f"fences, {r.get('searched_keys', 0)} by search")
@@ -180,7 +188,8 @@ def checker_detail(name: str, r: dict[str, Any]) -> str:
             return "not applicable: the backend's fence does not count grants"
         if "hidden_grant_count" in r:
             return (f"{r['hidden_grant_count']} hidden grants in {r.get('granted_fences', 0)} "
-                    f"fences ({r.get('explained_by_info', 0)} gaps: unknown outcomes)")
+                    f"fences ({r.get('explained_by_info', 0)} gaps: unknown outcomes)"
+                    f"{_after_withheld(r)}")
     for k in ("summary", "note", "message"):
         if k in r:
             return str(r[k])[:70]

@@ -67,6 +67,17 @@ def load_results(run_dir: Path, ops: list[Op], test: dict[str, Any]) -> dict[str
     return analyze(ops, test)
 
 
+def withheld_notes(checkers: Mapping[str, Any]) -> list[str]:
+    """Each withheld reply (reply-loss) a failed checker tied an anomaly to, once."""
+    notes: list[str] = []
+    for r in checkers.values():
+        for w in (r or {}).get("withheld_replies") or ():
+            note = w.get("note") if isinstance(w, dict) else None
+            if isinstance(note, str) and note not in notes:
+                notes.append(note)
+    return notes
+
+
 def findings(test: Mapping[str, Any], results: Mapping[str, Any],
              metrics: Mapping[str, Any]) -> list[str]:
     """The run's story in a few plain sentences (HTML), thesis first."""
@@ -114,6 +125,10 @@ def findings(test: Mapping[str, Any], results: Mapping[str, Any],
                 "double write; run it with <code>--workload fenced</code> to see whether a "
                 "fenced resource catches it." if overlaps and trial == "lock" else "")
         out.append(lead + tail)
+    withheld = withheld_notes(ch)
+    if withheld:
+        out.append("The anomalies followed withheld replies (reply-loss): "
+                   f"{esc('; '.join(withheld))}.")
     n_lease = _count(ls, "violation_count")
     if n_lease:
         out.append(f"The lock service granted a lock {_n(n_lease, 'time')} while another "

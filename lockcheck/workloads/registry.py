@@ -52,13 +52,15 @@ WORKLOADS: dict[str, Workload] = {
             description="the payments case: a lock per merchant-day, a PostgreSQL "
                         "settlements table; each merchant-day must be settled exactly once. "
                         "--resource unfenced (lock only), fenced (+ fence), idempotent "
-                        "(+ fence + idempotency key)",
+                        "(+ fence + idempotency key), row-lock (the row read FOR UPDATE in "
+                        "the settling transaction, no fence), version (a conditional "
+                        "update on the row's version, no fence)",
             body="lockcheck.workloads.settlement:body",
             resource="lockcheck.workloads.settlement:start_store",
             resource_client="lockcheck.workloads.settlement:SettlementClient",
             checkers=("settlement", "mutual-exclusion", "lease-safety", "linearizable"),
             verdict=f"{_VERDICTS}:settlement_verdict", on_trial="resource",
-            resources=("idempotent", "fenced", "unfenced"),
+            resources=("idempotent", "fenced", "unfenced", "row-lock", "version"),
             keys="lockcheck.workloads.settlement:plan",
             pick="lockcheck.workloads.settlement:pick",
         ),

@@ -15,7 +15,16 @@ again, unless a layer underneath stops it. `--resource` picks the layers:
 * `fenced`: the lock and its fence (`UPDATE settlements ... WHERE fence < $f`: "0
   rows updated: the stale writer is silently rejected");
 * `idempotent`: both, and an idempotency key (a unique constraint on the payment's
-  merchant-day: a second payment is a constraint violation, not a second transfer).
+  merchant-day: a second payment is a constraint violation, not a second transfer);
+* `row-lock`: the database's own lock instead of the fence: the job reads the row
+  `FOR UPDATE` in the transaction that settles it, so a second run waits for the first
+  to commit and then reads the day as paid;
+* `version`: an optimistic check instead of the fence: the job reads the row's version
+  and settles with `UPDATE ... WHERE version = $read` (0 rows: someone settled it
+  since).
+
+The last two use no fence: with `--backend memory-no-lock` (every acquire granted)
+they show what the database does with no distributed lock in front at all.
 
 The server runs on the first client host, reachable only through a Unix socket, so no
 partition cuts a client off from it, and it goes with the run's namespaces. Its
@@ -46,11 +55,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("lockcheck.settlement")
 
 FIRST_DAY = datetime.date(2026, 9, 16)
-MODES = ("idempotent", "fenced", "unfenced")
+MODES = ("idempotent", "fenced", "unfenced", "row-lock", "version")
 SCHEMA = """
 CREATE TABLE settlements (
   merchant text NOT NULL, day date NOT NULL, status text NOT NULL DEFAULT 'pending',
-  fence bigint NOT NULL DEFAULT 0, PRIMARY KEY (merchant, day));
+  fence bigint NOT NULL DEFAULT 0, version bigint NOT NULL DEFAULT 0,
+  PRIMARY KEY (merchant, day));
 CREATE TABLE payments (
   id bigserial PRIMARY KEY, merchant text NOT NULL, day date NOT NULL,
   fence bigint, process bigint NOT NULL, idempotency_key text UNIQUE);
@@ -190,30 +200,68 @@ class SettlementClient:
         return None if row is None else row[0]
 
     def read(self, key: str) -> dict[str, Any]:
+        """The row as the job sees it. In `row-lock` the read takes the row's lock and
+        leaves its transaction open: `settle` commits it, `abandon` rolls it back."""
         merchant, day = merchant_day(key)
+        self.abandon()  # a transaction a job left open is not this one's
+        c = self._session()
         try:
-            with self._session().transaction():
-                row = self._session().execute(
-                    "SELECT status, fence FROM settlements WHERE merchant = %s AND day = %s",
-                    (merchant, day)).fetchone()
+            if self.mode == "row-lock":
+                row = c.execute(
+                    "SELECT status, fence, version FROM settlements WHERE merchant = %s AND "
+                    "day = %s FOR UPDATE", (merchant, day)).fetchone()
+            else:
+                with c.transaction():
+                    row = c.execute(
+                        "SELECT status, fence, version FROM settlements WHERE merchant = %s "
+                        "AND day = %s", (merchant, day)).fetchone()
         except psycopg.Error as e:
             self._drop()
             raise Definite(f"store: {type(e).__name__}") from e  # a read changes nothing
         if row is None:
+            self.abandon()
             raise Definite(f"store: no settlement row for {key}")
-        return {"status": row[0], "fence": row[1]}
+        out = {"status": row[0], "fence": row[1], "version": row[2]}
+        if self.mode == "row-lock":
+            out["row_locked"] = True
+        return out
 
-    def settle(self, key: str, fence: int | None, process: int) -> Outcome:
-        """One transaction: mark paid (fenced unless `unfenced`) and record a payment
-        (with the merchant-day as its idempotency key in `idempotent`)."""
+    def abandon(self) -> None:
+        """End a `row-lock` read's transaction without settling (the day was paid)."""
+        if self.conn is not None and not self.conn.closed and \
+                self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                self.conn.rollback()
+            except psycopg.Error:
+                self._drop()
+
+    def settle(self, key: str, fence: int | None, process: int,
+               version: int | None = None) -> Outcome:
+        """One transaction: mark paid (fenced in `fenced` and `idempotent`; on the
+        version read in `version`; under the row lock the read took in `row-lock`) and
+        record a payment (with the merchant-day as its idempotency key in
+        `idempotent`)."""
         merchant, day = merchant_day(key)
         value: dict[str, Any] = {"fence": fence}
-        fenced = self.mode != "unfenced"
+        fenced = self.mode in ("fenced", "idempotent")
         idem = f"{merchant}:{day}" if self.mode == "idempotent" else None
         c = self._session()
+        if self.mode == "row-lock" and \
+                c.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+            # the read's transaction is gone (its session was lost): the row lock with it
+            self._drop()
+            return Outcome("fail", value, "row-lock-lost")
         try:
             with c.transaction():
-                if fenced:
+                if self.mode == "version":
+                    value["version"] = version
+                    row = c.execute(
+                        "UPDATE settlements SET status = 'paid', fence = %s, version = "
+                        "version + 1 WHERE merchant = %s AND day = %s AND version = %s "
+                        "RETURNING version", (fence or 0, merchant, day, version)).fetchone()
+                    if row is None:  # 0 rows: settled (or changed) since the read
+                        raise _Rejected("stale-version")
+                elif fenced:
                     row = c.execute(
                         "UPDATE settlements SET status = 'paid', fence = %s WHERE merchant = "
                         "%s AND day = %s AND fence < %s RETURNING fence",
@@ -227,6 +275,8 @@ class SettlementClient:
                 c.execute("INSERT INTO payments (merchant, day, fence, process, "
                           "idempotency_key) VALUES (%s, %s, %s, %s, %s)",
                           (merchant, day, fence, process, idem))
+            if self.mode == "row-lock":  # the block above was a savepoint in the read's
+                c.commit()  # transaction, which this commit ends with the row lock
         except _Rejected as r:
             return Outcome("fail", value, r.reason)
         except pe.UniqueViolation:
@@ -265,11 +315,13 @@ def body(section: Section) -> Reason:
     if seen.type != "ok":
         return "indefinite" if seen.type == "info" else None
     if seen.value["status"] == "paid":
+        store.abandon()
         return None  # settled already: this run of the job has nothing to do
     reason = section.work(section.hold_time(), watch_clock=False)
     if reason is not None:
+        store.abandon()
         return reason
-    fence = section.fence
+    fence, version = section.fence, seen.value.get("version")
     out = section.call("settle", {"fence": fence},
-                       lambda process: store.settle(key, fence, process))
+                       lambda process: store.settle(key, fence, process, version))
     return "indefinite" if out.type == "info" else None

@@ -24,6 +24,10 @@ from typing import Any
 ARM, DISARM = signal.SIGUSR1, signal.SIGUSR2
 POINTS = ("acquire", "release")  # where a worker can stop itself (`--pause-at`)
 EVENTS = {at: f"stop-at-{at}" for at in POINTS}  # the event it records first
+# `reply-loss`: a worker stops itself just before it sends one of these ops, so that
+# the controller can drop the replies to its host before the request goes out
+SENDS = ("acquire", "renew", "release")
+EVENTS.update({f"send-{op}": f"stop-before-{op}" for op in SENDS})
 
 Record = Callable[..., None]  # the worker's Recorder: (process, type, f, key, value)
 

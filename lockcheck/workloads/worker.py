@@ -73,6 +73,9 @@ class WorkerConfig:
     # where `client-pause` stops a worker (spec.PAUSE_AT): "acquire" and "release" hand
     # the lock client a stop point (workloads/stop_point.py)
     pause_at: str = "section"
+    # `reply-loss`: the op ("acquire", "renew", "release") before whose send the worker,
+    # when armed, stops itself (workloads/stop_point.py)
+    stop_before: str | None = None
     # `--client`: the factory ("module:attr") run instead of the backend's, and the
     # folder it imports from (lockcheck/clients.py)
     client: str | None = None
@@ -453,6 +456,7 @@ class CriticalSection:
         p, key = w.process, self.key
         self.next_renew = time.monotonic_ns() + self.interval_ns
         w.rec(p, "invoke", "renew", key, w.lease_value(lease, ttl_ms=lease.ttl_ms))
+        w.before_send("renew", key, lease.fence)
         try:
             self.client.renew(lease)
         except NotOwner:
@@ -490,6 +494,8 @@ class Worker:
         self.draw_hold = sampler(cfg.hold_ms, cfg.hold_dist)
         self.lease_value = LeaseValues()
         self.acquire_value = Encoded(_dumps({"ttl_ms": cfg.ttl_ms}))
+        # called between an op's invoke record and its send: (f, key, fence)
+        self.before_send: Callable[[str, str, Any], None] = _no_stop
 
     def retire(self) -> None:
         self.process += self.cfg.process_stride
@@ -528,6 +534,7 @@ class Worker:
         rec, client = self.rec, self.clients[key]
         p = self.process
         rec(p, "invoke", "acquire", key, self.acquire_value)
+        self.before_send("acquire", key, None)
         try:
             lease = client.acquire(key)
         except Definite as e:
@@ -569,6 +576,7 @@ class Worker:
     def release(self, client: LockClient, lease: Lease) -> None:
         p, key, rec = self.process, lease.key, self.rec
         rec(p, "invoke", "release", key, self.lease_value(lease))
+        self.before_send("release", key, lease.fence)
         try:
             client.release(lease)
         except NotOwner:
@@ -580,6 +588,19 @@ class Worker:
             self.retire()
         else:
             rec(p, "ok", "release", key, self.lease_value(lease))
+
+
+def _no_stop(f: str, key: str, fence: Any) -> None:
+    return None
+
+
+def aimed_send(op: str, stop: Callable[[str, Any], None]) -> Callable[[str, str, Any], None]:
+    """The `before_send` of a worker aimed at by `reply-loss`: stop before `op` only."""
+    def before(f: str, key: str, fence: Any) -> None:
+        if f == op:
+            stop(key, fence)
+
+    return before
 
 
 def watch_stdin(worker: Worker, fd: int = 0) -> None:
@@ -663,6 +684,9 @@ def main(argv: list[str]) -> int:
     w = Worker(cfg, clients, rec, load(workload.body), resource,
                load(workload.pick) if workload.pick else None)
     stop_point.process = lambda: w.process
+    if cfg.stop_before is not None:  # reply-loss (validated: no other stop point then)
+        stop_point.at = f"send-{cfg.stop_before}"
+        w.before_send = aimed_send(cfg.stop_before, stop_point)
     watch_stdin(w)
     try:
         with contextlib.suppress(KeyboardInterrupt):

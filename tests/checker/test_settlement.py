@@ -45,7 +45,9 @@ def test_one_payment_per_day_is_valid_and_counts_the_layers() -> None:
     read(h, 4, K, "paid", 60)
     r = check(h)
     assert r["valid"] is True, r
-    assert r["stopped"] == {"fence": 1, "idempotency": 1, "already-paid": 1, "other": 0}
+    assert r["stopped"] == {"fence": 1, "idempotency": 1, "already-paid": 1, "row-lock": 0,
+                            "version": 0, "other": 0}
+    assert "row lock" not in r["summary"] and "version" not in r["summary"]
     assert r["merchant_days_settled"] == 2 and r["double_settlement_count"] == 0
     assert "at most once (2 settled)" in r["summary"]
 
@@ -99,3 +101,22 @@ def test_nothing_attempted_is_unknown() -> None:
     assert r["valid"] == "unknown" and r["nothing_checked"]
     valid, why = run_verdict("settlement", {"settlement": r})
     assert valid == "unknown" and "no settlement was attempted" in why
+
+
+def test_the_databases_own_layers_are_counted_apart() -> None:
+    # a read that took the row's lock and found the day paid: the row lock stopped it
+    # (it waited for the run before it to commit); an update on an old version, and a
+    # settle whose read had lost its row lock, were refused by the database
+    h = H()
+    read(h, 0, K, "pending", 10)
+    settle(h, 0, K, 1, 20, "ok")
+    h.op(1, "invoke", "read", K, {}, 30)
+    h.op(1, "ok", "read", K, {"status": "paid", "fence": 1, "row_locked": True}, 32)
+    settle(h, 2, K, 3, 40, "fail", "stale-version")
+    settle(h, 3, K, 4, 50, "fail", "row-lock-lost")
+    read(h, 4, K, "paid", 60)
+    r = check(h)
+    assert r["valid"] is True, r
+    assert r["stopped"] == {"fence": 0, "idempotency": 0, "already-paid": 1, "row-lock": 2,
+                            "version": 1, "other": 0}
+    assert r["summary"].endswith("by the row lock 2, by the version check 1")

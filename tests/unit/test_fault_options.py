@@ -99,7 +99,7 @@ def test_redis_offers_the_clock_and_starts_under_it_only_when_asked() -> None:
 
 def test_only_faults_aimed_at_a_holder_need_ops_the_moment_they_arrive() -> None:
     assert [k.name for k in NEMESES.values() if k.prompt] == [
-        "client-pause", "bridge-clock", "pause-past-lease"]
+        "client-pause", "bridge-clock", "pause-past-lease", "reply-loss"]
 
 
 def test_prepare_steps_are_shared_and_in_order() -> None:

@@ -111,7 +111,8 @@ def test_hosts_cannot_be_cut_off(tmp_path: Path) -> None:
 
 def test_every_fault_that_cuts_traffic_is_refused_and_the_others_are_not() -> None:
     cutting = {n for n in NEMESES
-               if n.startswith("partition") or n in ("bridge-clock", "loss", "delay")}
+               if n.startswith("partition")
+               or n in ("bridge-clock", "loss", "delay", "reply-loss")}
     assert set(REFUSED) == cutting
     p = provider("inproc")
     for n in cutting:

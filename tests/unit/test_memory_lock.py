@@ -67,6 +67,13 @@ def test_without_ttl_a_lock_is_held_until_released() -> None:
     assert t.release("k", "a") and t.acquire("k", "b", 1) == 2
 
 
+def test_without_exclusion_every_request_is_granted() -> None:
+    t = LockTable(exclusion=False, clock=Clock())
+    assert t.acquire("k", "a", 1000) == 1 and t.acquire("k", "b", 1000) == 2
+    assert t.renew("k", "a", 1000) and t.release("k", "a") and t.release("k", "a")
+    assert t.acquire("k", "c", 1000) == 3
+
+
 def test_one_line_in_one_line_out() -> None:
     table = LockTable()
     for line, reply in [
