@@ -463,6 +463,20 @@ class Steps:
                              "the release must raise NotOwner")
 
 
+def take_free(client: LockClient, key: str, timeout: float, r: Report,
+              step: str) -> Lease | None:
+    """A step's own lock, free: its lease, or None with the step failed."""
+    try:
+        lease = call(client.acquire, key, timeout=timeout)
+    except Exception as e:
+        r.bad(step, f"the acquire of a free lock raised {describe(e)}")
+        return None
+    if not isinstance(lease, Lease):
+        r.bad(step, "the acquire of a free lock was refused")
+        return None
+    return lease
+
+
 def short_lease(holder: LockClient, other: LockClient, ttl_ms: int, drift: float,
                 timeout: float, r: Report) -> None:
     """Step 8: a lease of `ttl_ms` (not whole seconds), never renewed, must keep `other`
@@ -476,13 +490,8 @@ def short_lease(holder: LockClient, other: LockClient, ttl_ms: int, drift: float
     seconds; twice the TTL on Consul) is not waited for."""
     step = f"a lease of {ttl_ms} ms lasts {ttl_ms} ms"
     t0 = time.monotonic_ns()
-    try:
-        lease = call(holder.acquire, SHORT_KEY, timeout=timeout)
-    except Exception as e:
-        r.bad(step, f"the acquire raised {describe(e)}")
-        return
-    if not isinstance(lease, Lease):
-        r.bad(step, "the acquire of a free lock was refused")
+    lease = take_free(holder, SHORT_KEY, timeout, r, step)
+    if lease is None:
         return
     floor_ms = ttl_ms * (1 - drift) - SHORT_TTL_SLACK_MS
     floor_ns = t0 + int(floor_ms * 1e6)
@@ -533,13 +542,8 @@ def taken_away(db: DB, holder: LockClient, other: LockClient, ttl_ms: int, timeo
     if not isinstance(db, ExpiresLeases):
         r.note(step, f"skipped: lockcheck cannot end {db.name}'s leases from outside")
         return
-    try:
-        lease = call(holder.acquire, AWAY_KEY, timeout=timeout)
-    except Exception as e:
-        r.bad(step, f"the acquire of a free lock raised {describe(e)}")
-        return
-    if not isinstance(lease, Lease):
-        r.bad(step, "the acquire of a free lock was refused")
+    lease = take_free(holder, AWAY_KEY, timeout, r, step)
+    if lease is None:
         return
     try:
         did = call(db.expire_leases, timeout=timeout)

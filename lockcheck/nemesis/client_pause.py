@@ -222,6 +222,28 @@ def _ident(h: Holding) -> tuple[str, int, int]:
     return h.key, h.process, h.since_ns
 
 
+StoppedAtPoint = Callable[[Callable[[Collection[int]], object], Collection[int], float],
+                          Holding | None]
+
+
+def stop_one_at_point(live: Sequence[WorkerRef], stopped_at_point: StoppedAtPoint,
+                      wait_s: float) -> tuple[Holding | None, list[WorkerRef]]:
+    """Arm `live` workers to stop at their stop point, wait up to `wait_s` for the
+    first to say it did, and disarm them all (a stopped worker handles that when it is
+    resumed): the one that stopped (or None), and every worker that was armed."""
+    armed: list[WorkerRef] = []
+
+    def arm(ready: Collection[int]) -> None:
+        armed.extend(w for w in live if w.index in ready)
+        for w in armed:
+            w.daemon.signal(ARM)
+
+    h = stopped_at_point(arm, {w.index for w in live}, wait_s)
+    for w in armed:
+        w.daemon.signal(DISARM)
+    return h, armed
+
+
 @dataclass
 class ClientPause:
     workers: Sequence[WorkerRef]
@@ -277,16 +299,7 @@ class ClientPause:
         if not live:
             return {"fault": self.name, "targets": [], "skipped": "no live client"}
 
-        armed: list[WorkerRef] = []
-
-        def arm(ready: Collection[int]) -> None:
-            armed.extend(w for w in live if w.index in ready)
-            for w in armed:
-                w.daemon.signal(ARM)
-
-        h = self.stopped_at_point(arm, {w.index for w in live}, self.wait_s)
-        for w in armed:
-            w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
+        h, _ = stop_one_at_point(live, self.stopped_at_point, self.wait_s)
         if h is None:
             what = "was granted" if self.point == "acquire" else "released"
             return {"fault": self.name, "targets": [], "skipped": f"no client {what} a "

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 from lockcheck.cluster.api import ClientHost
 from lockcheck.errors import BadInput
 from lockcheck.nemesis.api import Holding, RunContext, WorkerRef
+from lockcheck.nemesis.client_pause import stop_one_at_point
 from lockcheck.nemesis.partition import heal_hosts
-from lockcheck.workloads.stop_point import ARM, DISARM, POINTS, SENDS
+from lockcheck.workloads.stop_point import POINTS, SENDS
 
 if TYPE_CHECKING:
     from lockcheck.spec import TestSpec
@@ -108,16 +109,7 @@ class ReplyLoss:
         if not live:
             return {"fault": self.name, "targets": [], "op": self.op,
                     "skipped": "no live client to aim at"}
-        armed: list[WorkerRef] = []
-
-        def arm(ready: Collection[int]) -> None:
-            armed.extend(w for w in live if w.index in ready)
-            for w in armed:
-                w.daemon.signal(ARM)
-
-        h = self.stopped_at_point(arm, {w.index for w in live}, self.wait_s)
-        for w in armed:
-            w.daemon.signal(DISARM)  # a stopped worker handles it when resumed
+        h, armed = stop_one_at_point(live, self.stopped_at_point, self.wait_s)
         if h is None:
             return {"fault": self.name, "targets": [], "op": self.op,
                     "skipped": f"no client sent a {self.op} in time"}
