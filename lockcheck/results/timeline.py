@@ -98,6 +98,16 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
             f"process {g.get('process')} granted ({_fence(g.get('fence'))}) while process "
             f"{h.get('process')}'s lease ({_fence(h.get('fence'))}) was provably valid for "
             f"{(h.get('valid_until_ns', 0) - g.get('ok_ns', 0)) / 1e6:.1f} ms more")
+    for v in ls.get("superseded_renewals") or []:
+        r, by = v.get("renew") or {}, v.get("superseded_by") or {}
+        key = v.get("key")
+        ok, held = r.get("ok_ns", 0), (v.get("lease") or {}).get("fence")
+        add("superseded-renewal", key, (min(by.get("ok_ns", ok), ok), ok), [ok],
+            [idx.find(r.get("process"), key, r.get("invoke_ns", ok)),
+             idx.find(by.get("process"), key, by.get("ok_ns", 0) + 1)],
+            f"process {r.get('process')} renewed its lease ({_fence(held)}) after process "
+            f"{by.get('process')} had been granted the lock ({_fence(by.get('fence'))}): "
+            "the renewal brought a lapsed lease back")
     fe = checkers.get("fencing") or {}
     for v in fe.get("stale_accepted") or []:
         add("stale-write", v.get("key"), None, [v.get("time", 0)],

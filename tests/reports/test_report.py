@@ -174,3 +174,36 @@ def test_the_story_names_renewals_of_a_superseded_lease() -> None:
 
     assert "2 renewals of a lease succeeded after another client" in story(2)
     assert "renewal" not in story(0)
+
+
+def test_the_timeline_marks_a_renewal_of_a_superseded_lease() -> None:
+    # A holds L1 and enters; B is granted L2 after L1 lapsed, enters, leaves, releases;
+    # A's renew of L1 then succeeds inside its own (long) section: the mark joins both
+    from lockcheck.checker.analyze import analyze
+    from lockcheck.results.timeline import timeline_data
+    from tests.checker.histories import H
+
+    ms = 1_000_000
+    h = H()
+    lease = {1: {"fence": 1, "lease": "L1"}, 2: {"fence": 2, "lease": "L2"}}
+    h.op(0, "invoke", "acquire", "k", {"ttl_ms": 100}, 0)
+    h.op(0, "ok", "acquire", "k", lease[1], 1 * ms)
+    h.op(0, "event", "enter", "k", lease[1], 1 * ms)
+    h.op(1, "invoke", "acquire", "k", {"ttl_ms": 100}, 200 * ms)
+    h.op(1, "ok", "acquire", "k", lease[2], 201 * ms)
+    h.op(1, "event", "enter", "k", lease[2], 201 * ms)
+    h.op(1, "event", "exit", "k", {**lease[2], "reason": "done"}, 205 * ms)
+    h.op(1, "invoke", "release", "k", lease[2], 210 * ms)
+    h.op(1, "ok", "release", "k", lease[2], 211 * ms)
+    h.op(0, "invoke", "renew", "k", {**lease[1], "ttl_ms": 100}, 300 * ms)
+    h.op(0, "ok", "renew", "k", lease[1], 301 * ms)
+    h.op(0, "event", "exit", "k", {**lease[1], "reason": "done"}, 320 * ms)
+    ops = h.ops()
+    results = analyze(ops, {"workload": "mutex", "ttl_ms": 100}, metrics=False)
+    assert results["checkers"]["lease-safety"]["superseded_renewal_count"] == 1
+    tl = timeline_data(ops, results, [], {})
+    [mark] = [v for v in tl["viols"] if v["kind"] == "superseded-renewal"]
+    secs = tl["secs"]
+    assert [secs["p"][i] for i in mark["secs"]] == [0, 1]
+    assert mark["marks"] == [301_000]  # µs: the renewal's ok
+    assert "renewed its lease (fence 1) after process 1" in mark["text"]
