@@ -168,9 +168,25 @@ def pid_namespace(request: pytest.FixtureRequest) -> Iterator[int]:
     try:
         children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
         deadline = time.monotonic() + 10
-        while not children.read_text().split() and time.monotonic() < deadline:
+
+        def init() -> int | None:
+            # the child is the namespace's init once it runs `sleep`: before its exec it
+            # may not have mounted its own /proc yet (a loaded machine widens that gap,
+            # and a node entered then sees this machine's /proc)
+            pids = children.read_text().split()
+            if not pids:
+                return None
+            try:
+                comm = Path(f"/proc/{pids[0]}/comm").read_text().strip()
+            except OSError:
+                return None
+            return int(pids[0]) if comm == "sleep" else None
+
+        while init() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        yield int(children.read_text().split()[0])
+        pid = init()
+        assert pid is not None, "unshare's child never ran its init"
+        yield pid
     finally:
         holder.kill()  # --kill-child: its init and everything in the namespace go too
         holder.wait()
