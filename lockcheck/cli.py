@@ -222,6 +222,16 @@ def main() -> None:
                    "check-session on the writer's lock key; with an azure-blob backend: "
                    "azure-blob keeps each set in its lock's blob, written with the "
                    "writer's lease id.")
+@click.option("--lock-order", default="sorted", show_default=True,
+              help="transfer: take an operation's locks in one global order (sorted) "
+                   "or in random order.")
+@click.option("--locks-per-op", type=int, default=2, show_default=True,
+              help="transfer: account locks each operation holds at once.")
+@click.option("--wait-ms", type=int, default=None,
+              help="transfer: how long each acquire blocks before the operation gives "
+                   "up; 0: no limit [default: 3x TTL].")
+@click.option("--lock-scope", default="fine", show_default=True,
+              help="transfer: fine (a lock per account) or coarse (one global lock).")
 @click.option("--seed", type=int, default=None, help="Random seed [default: random].")
 @click.option("--test-count", type=int, default=1, show_default=True,
               help="Run the test this many times; stop at the first invalid run.")
@@ -273,6 +283,8 @@ def test(ctx: click.Context, **o: Any) -> int:
             reply_op=o["reply_op"], reply_client=o["reply_client"],
             reply_hold_ms=o["reply_hold_ms"],
             resource=o["resource"], seed=seed,
+            lock_order=o["lock_order"], locks_per_op=o["locks_per_op"],
+            wait_ms=o["wait_ms"], lock_scope=o["lock_scope"],
             results_dir=o["results_dir"], leave_running=o["leave_running"],
             report=not o["no_report"],
             subnet=o["subnet"])
@@ -815,6 +827,55 @@ def client_check(factory: str, backend: str, ttl_ms: int | None) -> int:
 
     return run_client_check(factory, backend, ttl_ms=ttl_ms,
                             say=lambda line: click.echo(line))
+
+
+@main.command("libraries")
+@click.option("--libraries", multiple=True,
+              help="Adapters or PyPI libraries, space- or comma-separated [default: every "
+                   "adapter lockcheck ships, see: lockcheck backends].")
+@click.option("--faults", multiple=True,
+              help="Faults of the battery to run [default: none client-pause partition "
+                   "reply-loss kill].")
+@click.option("--runs", type=int, default=3, show_default=True, help="Runs per fault.")
+@click.option("--time-limit", type=float, default=10.0, show_default=True,
+              help="Seconds per run.")
+@click.option("--results-dir", default="results/libraries", show_default=True,
+              type=click.Path(path_type=Path), help="Where the runs go before publishing.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("docs/libraries.md"),
+              show_default=True,
+              help="The page; the runs it links are published in the folder of its name.")
+@click.option("--seed", type=int, default=None, help="Seed of each fault's first run.")
+@click.option("--cell-timeout", type=float, default=None,
+              help="Stop a run that takes longer [default: 2 x time limit + 300].")
+@click.option("--page-only", is_flag=True,
+              help="Run nothing: publish what the results folder holds and write the page.")
+def libraries(**o: Any) -> int:
+    """Put every lock library lockcheck has an adapter for through client-check and a
+    short battery of faults, and write the page that shows them side by side.
+
+    Per library and backend: client-check, then --runs runs of each fault (a test-all
+    matrix with --client). A fault the backend refuses is shown as refused, never run.
+    Exit code as test-all's: 1 if any run was unsafe, 2 if any was undecided, 130 if
+    interrupted (the page is not written), 254 for bad arguments."""
+    from lockcheck.libraries import faults, pairs, run_libraries
+    from lockcheck.results.libraries import write_page
+    from lockcheck.results.matrix import split_names
+
+    names, chosen = split_names(o["libraries"]), split_names(o["faults"])
+    pairs(names), faults(chosen)  # an unknown name is refused before anything runs
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    if o["page_only"]:
+        click.echo(f"page: {write_page(o['out'], [o['results_dir']], say)}")
+        return 0
+    code = run_libraries(libraries=names, fault_names=chosen, count=o["runs"],
+                         time_limit=o["time_limit"], results_dir=o["results_dir"],
+                         seed=o["seed"], cell_timeout=o["cell_timeout"], out=sys.stderr)
+    if code == exitcodes.INTERRUPTED:
+        say("interrupted: the page was not written; `lockcheck libraries --page-only` "
+            "writes it from what ran")
+        return code
+    click.echo(f"page: {write_page(o['out'], [o['results_dir']], say)}")
+    return code
 
 
 if __name__ == "__main__":

@@ -67,6 +67,12 @@ class TestSpec:
     quiet: float = 5.0  # final phase with every fault healed
     recover_s: float | None = None  # final check that every lock can be taken again
     resource: str = "fenced"
+    # transfer: locks taken per operation, in which order, how long each acquire may
+    # block (None: 3x TTL; 0: no limit), one coarse lock or the fine ones
+    lock_order: str = "sorted"
+    locks_per_op: int = 2
+    wait_ms: int | None = None
+    lock_scope: str = "fine"
     seed: int = 0
     op_timeout_ms: int | None = None  # default: TTL/4
     clock_drift: float = 0.01

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from lockcheck.checker.api import Checker
+from lockcheck.checker.deadlock import check_deadlock
 from lockcheck.checker.fencing import check_fencing
 from lockcheck.checker.hidden_grants import check_hidden_grants
+from lockcheck.checker.leadership import check_leadership
 from lockcheck.checker.lease_safety import check_lease_safety
 from lockcheck.checker.linearizable import check_linearizable
 from lockcheck.checker.lock_set import check_lock_set
@@ -22,8 +24,10 @@ CHECKERS: dict[str, Checker] = {
     "linearizable": check_linearizable,
     "lock-set": check_lock_set,
     "settlement": check_settlement,
+    "leadership": check_leadership,
     "hidden-grants": check_hidden_grants,
     "outage": check_outage,
+    "deadlock": check_deadlock,
 }
 
 # for histories whose test.json names no checkers (runs written before it did): the

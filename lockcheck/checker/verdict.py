@@ -14,9 +14,13 @@ Each workload names its rule (`Workload.verdict`, workloads/registry.py); the ru
   the lock checkers decide. A *save* is a write refused from a holder that had lost
   the lock; a write of a current holder refused because the fences went backwards is
   a *fence regression*, counted apart (it is lost work, not a rescue).
-- `lock_set_verdict`, `settlement_verdict` (the resource is on trial): its checker
-  decides (lock-set, as in Jepsen's etcd lock-set: an acknowledged add missing from
-  the final set is a lost update); overlapping critical sections are reported as the
+- `transfer_verdict` (liveness on trial): a deadlock cycle fails the run; the lock's
+  checkers judge safety as under `lock_verdict`, and the text names both.
+- `lock_set_verdict`, `settlement_verdict`, `leader_verdict` (the resource is on
+  trial): its checker decides (lock-set, as in Jepsen's etcd lock-set: an
+  acknowledged add missing from the final set is a lost update; leadership: two
+  leaders acting at once, a deposed leader's action accepted, a term gone
+  backwards); overlapping critical sections are reported as the
   cause.
 
 Under `lock_verdict`, a checker that could not decide ("unknown") makes the verdict
@@ -46,6 +50,7 @@ HIDDEN_GRANTS = "hidden-grants"
 # the checkers of the lock itself: any of them failing is a failure of the lock
 LOCK_CHECKERS = (MUTEX, LEASE, LINEARIZABLE, HIDDEN_GRANTS)
 LOCK_SET = "lock-set"
+DEADLOCK = "deadlock"
 
 
 def _n(count: int, singular: str, plural: str | None = None) -> str:
@@ -235,6 +240,28 @@ def lock_set_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
 
 def settlement_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
     return _decided_by("settlement", results)
+
+
+def leader_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """The leader workload: the leadership checker decides (two leaders acting at once,
+    a deposed leader's action accepted, a term gone backwards); overlapping critical
+    sections are context (a leader paused past its lease is what elections must
+    survive)."""
+    return _decided_by("leadership", results)
+
+
+def transfer_verdict(results: dict[str, dict[str, Any]]) -> tuple[object, str]:
+    """The transfer workload: liveness is what it puts on trial, so a deadlock cycle
+    fails the run; the lock's checkers still decide safety on their own, and the text
+    keeps the two apart (a deadlocked run whose locks were safe says so)."""
+    dl = results.get(DEADLOCK)
+    valid, text = lock_verdict({n: r for n, r in results.items() if n != DEADLOCK})
+    if dl is None or dl.get("valid") not in (True, False):
+        return valid, text
+    if dl["valid"] is False:
+        safety = "safety: " + text if valid is not False else text
+        return False, f"deadlock (liveness): {dl.get('summary', 'a wait-for cycle')}; {safety}"
+    return valid, f"{text}; {dl.get('summary', 'no deadlock')}"
 
 
 def run_verdict(workload: str, results: dict[str, dict[str, Any]]) -> tuple[object, str]:

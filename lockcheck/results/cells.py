@@ -21,6 +21,7 @@ from typing import Any
 
 from lockcheck.checker.verdict import LOCK_CHECKERS, refusals
 from lockcheck.results import store
+from lockcheck.results.leadership import leadership_line
 from lockcheck.workloads.api import Trial
 from lockcheck.workloads.registry import on_trial
 
@@ -46,7 +47,14 @@ def _num(v: Any) -> float | None:
 
 def workload_label(test: Mapping[str, Any]) -> str:
     w = str(test.get("workload", "?"))
-    unfenced = on_trial(w) == "lock+resource" and test.get("resource") == "unfenced"
+    if w == "transfer":  # sorted against random order, coarse against fine apart
+        if test.get("lock_scope") == "coarse":
+            return "transfer (one coarse lock)"
+        return f"transfer ({test.get('lock_order', 'sorted')} order, " \
+               f"{test.get('locks_per_op', 2)} locks)"
+    # the leader workload's store is on trial: one that refuses stale terms apart
+    unfenced = (on_trial(w) == "lock+resource" or w == "leader") \
+        and test.get("resource") == "unfenced"
     return f"{w} (unfenced resource)" if unfenced else w
 
 
@@ -96,6 +104,16 @@ class Run:
     renewals: int = 0
     renewal_failures: int = 0
     outlived: int = 0  # expiries while working: holds that outlived the holder's lease clock
+    # operations taking several locks (transfer): completed per second, deadlock cycles,
+    # seconds in deadlock
+    throughput: float | None = None
+    cycles: int = 0
+    deadlock_s: float | None = None
+    # elections (leader): changes of leader, ms without one, stale actions
+    leader_changes: int | None = None
+    leaderless_ms: float | None = None
+    stale_accepted: int = 0
+    stale_refused: int = 0
 
 
 def _counts(checkers: Mapping[str, Any]) -> dict[str, int]:
@@ -237,6 +255,16 @@ def apply_results(run: Run, results: Mapping[str, Any]) -> None:
         faults = (m.get("availability") or {}).get("faults") or {}
         run.fault_windows = _int((m.get("faults") or {}).get("windows"))
         run.fault_seconds = sum(_num(f.get("seconds")) or 0.0 for f in faults.values())
+        live = m.get("liveness") or {}
+        if live:
+            run.throughput = _num(live.get("throughput_per_s"))
+            run.cycles, run.deadlock_s = _int(live.get("cycles")), _num(live.get("deadlock_s"))
+        lead = m.get("leadership") or {}
+        if lead:
+            run.leader_changes = _int(lead.get("leadership_changes"))
+            run.leaderless_ms = _num(lead.get("leaderless_ms"))
+            run.stale_accepted = _int(lead.get("stale_accepted"))
+            run.stale_refused = _int(lead.get("stale_refused"))
 
 
 def detection_bound(n: int) -> float:
@@ -377,6 +405,16 @@ class CellView:
                          f"{_ms(self.median('p99'))} ms")
         if self.median("hold_p99") is not None:
             lines.append(f"hold p99 {_ms(self.median('hold_p99'))} ms")
+        if self.median("throughput") is not None:
+            locked = sum(1 for r in self.runs if r.cycles)
+            lines.append(f"{self.median('throughput'):.1f} ops/s; deadlocked in {locked} "
+                         f"of {len(self.runs)} run(s), {self.median('deadlock_s') or 0:.2f} s "
+                         "lost (median)")
+        if self.median("leader_changes") is not None:
+            lines.append(leadership_line(
+                self.median("leader_changes"), self.median("leaderless_ms"),
+                sum(r.stale_accepted for r in self.runs),
+                sum(r.stale_refused for r in self.runs), len(self.runs)))
         renewals = sum(r.renewals for r in self.runs)
         if renewals:
             failed = sum(r.renewal_failures for r in self.runs)

@@ -40,6 +40,8 @@ import pandas as pd
 from lockcheck.checker.intervals import Section, critical_sections
 from lockcheck.history import Op, pair_ops
 from lockcheck.results.faults import FaultWindow, fault_windows, merged
+from lockcheck.results.leadership import leadership_metrics
+from lockcheck.results.liveness import liveness_metrics
 
 MS = 1_000_000
 LOCK_FS = ("acquire", "renew", "release")
@@ -288,6 +290,10 @@ def compute_metrics(ops: Sequence[Op], test: Mapping[str, Any]) -> dict[str, Any
         "faults": {"windows": len(windows),
                    "by_fault": {f: sum(1 for w in windows if w.fault == f)
                                 for f in sorted({w.fault for w in windows})}},
+        # operations that take several locks (transfer): throughput, time in deadlock
+        **({"liveness": live} if (live := liveness_metrics(ops)) is not None else {}),
+        # elections (leader): changes of leader, time without one, stale actions
+        **({"leadership": lead} if (lead := leadership_metrics(ops)) is not None else {}),
     }
 
 

@@ -27,6 +27,8 @@ from lockcheck.history import Op, read_history_full
 from lockcheck.results import plots, store
 from lockcheck.results.faults import FaultWindow, fault_windows
 from lockcheck.results.html import badge, esc, page, table, verdict_class
+from lockcheck.results.leadership import leadership_rows
+from lockcheck.results.liveness import liveness_rows
 from lockcheck.results.metrics import compute_metrics, lock_frame
 from lockcheck.results.progress import checker_detail, verdict_word
 from lockcheck.results.timeline import timeline_data
@@ -242,6 +244,8 @@ def _metrics_table(m: Mapping[str, Any]) -> str:
         ("exit reasons", ", ".join(f"{k} {v:,}" for k, v in
                                    (m.get("exit_reasons") or {}).items()) or "-"),
         ("TTL", f"{m.get('ttl_ms')} ms" if m.get("ttl_ms") else "-"),
+        *(liveness_rows(m["liveness"]) if m.get("liveness") else []),
+        *(leadership_rows(m["leadership"]) if m.get("leadership") else []),
     ]
     av = m.get("availability") or {}
     scopes = [("overall", av.get("overall") or {}), ("no fault", av.get("no_fault") or {})]

@@ -130,6 +130,17 @@ def _violations(results: Mapping[str, Any], idx: _Index) -> list[dict[str, Any]]
             [idx.find(p, v.get("key"), t + 1) for p, t in zip(procs, times, strict=False)],
             f"fence {v.get('fence')} granted twice (processes "
             f"{', '.join(str(p) for p in procs)})")
+    le = checkers.get("leadership") or {}
+    for v in le.get("deposed") or []:
+        if v.get("accepted") is not True:  # refused: the store's save, not a violation
+            continue
+        succ, key, t = v.get("successor") or {}, v.get("key"), v.get("invoke", 0)
+        add("deposed-leader", key, (succ.get("since", t), v.get("complete") or t), [t],
+            [idx.find(v.get("process"), key, t),
+             idx.find(succ.get("process"), key, succ.get("since", 0) + 1)],
+            f"process {v.get('process')} acted with term {v.get('term')} after process "
+            f"{succ.get('process')} was elected with term {succ.get('term')} and its own "
+            "lease was over: the store accepted it")
     return out
 
 

@@ -122,6 +122,9 @@ class Workload:
     # "module:function", called as pick(names, rng, elapsed_s, params) -> name: which lock
     # a worker takes next (the default: any of them, at random)
     pick: str | None = None
+    # "module:function", called as round(worker) for each operation instead of the
+    # one-lock round (acquire, body, release): an operation that holds several locks
+    round: str | None = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,18 @@ WORKLOADS: dict[str, Workload] = {
                                "azure-blob": "azure-blob"},
         ),
         Workload(
+            name="leader",
+            description="leader election: clients campaign for the lock, the winner leads "
+                        "for a term (--hold-ms) and acts 8 times, each action stamped "
+                        "with its term (the fence), to a store that refuses a lower term "
+                        "(--resource fenced) or not (unfenced); the leadership is on trial",
+            body="lockcheck.workloads.leader:body",
+            resource="lockcheck.workloads.term_resource:start_store",
+            resource_client="lockcheck.workloads.term_resource:TermClient",
+            checkers=(*_LOCK_CHECKERS, "leadership"),
+            verdict=f"{_VERDICTS}:leader_verdict", on_trial="resource",
+        ),
+        Workload(
             name="settlement",
             description="the payments case: a lock per merchant-day, a PostgreSQL "
                         "settlements table; each merchant-day must be settled exactly once. "
@@ -63,6 +75,20 @@ WORKLOADS: dict[str, Workload] = {
             resources=("idempotent", "fenced", "unfenced", "row-lock", "version"),
             keys="lockcheck.workloads.settlement:plan",
             pick="lockcheck.workloads.settlement:pick",
+        ),
+        Workload(
+            name="transfer",
+            description="each operation takes two (--locks-per-op) account locks in "
+                        "--lock-order sorted or random, each acquire blocking up to "
+                        "--wait-ms, holds them for --hold-ms, releases them; "
+                        "--lock-scope coarse takes one global lock instead. Liveness "
+                        "is on trial: deadlock cycles, throughput, time lost",
+            body="lockcheck.workloads.transfer:body",
+            checkers=(*_LOCK_CHECKERS, "deadlock"),
+            verdict=f"{_VERDICTS}:transfer_verdict", on_trial="lock",
+            resources=("fenced",),
+            keys="lockcheck.workloads.transfer:plan",
+            round="lockcheck.workloads.transfer:transfer_round",
         ),
     ]
 }

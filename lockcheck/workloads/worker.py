@@ -496,6 +496,8 @@ class Worker:
         self.acquire_value = Encoded(_dumps({"ttl_ms": cfg.ttl_ms}))
         # called between an op's invoke record and its send: (f, key, fence)
         self.before_send: Callable[[str, str, Any], None] = _no_stop
+        # a workload's own operation in place of `one_round` (Workload.round)
+        self.round: Callable[[Worker], None] | None = None
 
     def retire(self) -> None:
         self.process += self.cfg.process_stride
@@ -518,7 +520,10 @@ class Worker:
 
     def run(self) -> None:
         while not self.stopping.is_set() and not self.rec.broken:
-            self.one_round(self.next_key())
+            if self.round is not None:
+                self.round(self)  # the workload's own operation (several locks)
+            else:
+                self.one_round(self.next_key())
 
     def recover(self) -> None:
         """Take every lock once (retrying), as the last phase of a run."""
@@ -683,6 +688,8 @@ def main(argv: list[str]) -> int:
         resource = load(workload.resource_client)(cfg.resource, cfg.op_timeout_s)
     w = Worker(cfg, clients, rec, load(workload.body), resource,
                load(workload.pick) if workload.pick else None)
+    if workload.round is not None:
+        w.round = load(workload.round)
     stop_point.process = lambda: w.process
     if cfg.stop_before is not None:  # reply-loss (validated: no other stop point then)
         stop_point.at = f"send-{cfg.stop_before}"

@@ -246,7 +246,8 @@ def test_each_workload_names_its_rule_and_default_checkers() -> None:
 
     lost = {"mutual-exclusion": me(violations=1), "fencing": fe(saves=1),
             "lock-set": {"valid": True, "summary": "every add survived"},
-            "settlement": {"valid": True, "summary": "each merchant-day settled once"}}
+            "settlement": {"valid": True, "summary": "each merchant-day settled once"},
+            "leadership": {"valid": True, "summary": "one leader at a time"}}
     expect = {"lock": False, "lock+resource": False, "resource": True}
     for name, w in WORKLOADS.items():
         assert DEFAULT_CHECKERS[name] == list(w.checkers)

@@ -9,11 +9,12 @@
   var REASON_COLORS = D.reason_colors;
   var KIND_COLORS = {"overlap": "#c0392b", "lease": "#d35400", "stale-write": "#8e0000",
                      "interleaved": "#a93226", "duplicate-fence": "#7f3c8d",
-                     "superseded-renewal": "#b9770e"};
+                     "superseded-renewal": "#b9770e", "deposed-leader": "#6e2c00"};
   var KIND_NAMES = {"overlap": "overlapping holders", "lease": "granted while a lease was valid",
                     "stale-write": "stale write accepted", "interleaved": "older holder overwrote newer",
                     "duplicate-fence": "duplicate fence",
-                    "superseded-renewal": "renewal after another's grant"};
+                    "superseded-renewal": "renewal after another's grant",
+                    "deposed-leader": "deposed leader's action accepted"};
   var LEFT = 86, AXIS = 22, KEY_H = 17, GAP = 5, RIGHT = 10;
   var nLanes = T.lanes.reduce(function (a, l) { return a + l.length; }, 0);
   var LANE_H = nLanes > 60 ? 8 : (nLanes > 30 ? 10 : 13);
