@@ -221,7 +221,9 @@ def main() -> None:
                    "consul-txn keeps them in Consul, each write a /v1/txn guarded by a "
                    "check-session on the writer's lock key; with an azure-blob backend: "
                    "azure-blob keeps each set in its lock's blob, written with the "
-                   "writer's lease id.")
+                   "writer's lease id; settlement: unfenced, fenced, idempotent, "
+                   "row-lock or version (see the README); leader: fenced (the store "
+                   "refuses a stale term) or unfenced.")
 @click.option("--lock-order", default="sorted", show_default=True,
               help="transfer: take an operation's locks in one global order (sorted) "
                    "or in random order.")
