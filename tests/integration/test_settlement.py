@@ -100,8 +100,11 @@ def test_the_fence_refuses_the_woken_holders_settlement(module_cli: Any) -> None
     assert all(c.type == "fail" and c.error == "stale-fence" for _, c in stale), stale
     s = settlement(r)
     assert s["attempts"] > 0 and s["merchant_days_settled"] > 10, s
-    assert set(s["stopped"]) == {"fence", "idempotency", "already-paid", "other"}
-    assert s["stopped"]["idempotency"] == 0  # no idempotency key in this mode
+    assert set(s["stopped"]) == {"fence", "idempotency", "already-paid", "row-lock",
+                                 "version", "other"}
+    # no idempotency key, row lock or version check in this mode
+    assert s["stopped"]["idempotency"] == s["stopped"]["row-lock"] == \
+        s["stopped"]["version"] == 0
     assert s["stopped"]["fence"] >= len(stale), s
     assert r.results()["checkers"]["mutual-exclusion"]["valid"] is False  # let in twice
     for d in s["double_settlements"]:
